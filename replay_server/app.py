@@ -1,0 +1,195 @@
+"""create_app(settings, index) -> FastAPI. Nothing stateful at import.
+
+The two replay endpoints are the hot path. They are plain ASGI apps (`ReplayEndpoint`)
+reached through a thin middleware (`FastPath`) ahead of FastAPI's routing, dependency and
+response machinery, which costs several times the replay work itself. They are also
+mounted as routes (so a GET on them is a 405, not a 404) and documented in the OpenAPI
+schema. Everything else is ordinary FastAPI, in `routes.py`. Every error, whichever layer
+raises it, leaves as the OpenAI envelope with `x-should-retry: false`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from . import errors, protocol
+from .errors import BadRequest, PayloadTooLarge, ReplayServerError
+from .index import Index, Rules
+from .records import ENDPOINTS
+from .replay import PromptSource, Replayer
+from .routes import router
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+async def send_error(send: Send, error: ReplayServerError) -> None:
+    status, headers, body = errors.render(error)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def internal_error(exc: BaseException) -> ReplayServerError:
+    log.exception("internal error", exc_info=exc)
+    return ReplayServerError(f"internal error in replay-server: {type(exc).__name__}; "
+                             "see the server log. Please report it.")
+
+
+class ReplayEndpoint:
+    """POST /v1/chat/completions or /v1/completions, as a plain ASGI app."""
+
+    def __init__(self, replayer: Replayer, endpoint: str, max_body: int) -> None:
+        self.replayer = replayer
+        self.endpoint = endpoint
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            body = await self._body(scope, receive)
+            if body is None:
+                return
+            reply = self.replayer.handle(self.endpoint, body)
+        except ReplayServerError as error:
+            await send_error(send, error)
+            return
+        except Exception as exc:
+            await send_error(send, internal_error(exc))
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": reply.headers})
+        if reply.body is not None:
+            await send({"type": "http.response.body", "body": reply.body})
+            return
+        assert reply.stream is not None
+        for chunk in reply.stream:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    size = int(value)
+                except ValueError:
+                    raise BadRequest("the Content-Length header is not a number") from None
+                if size > self.max_body:
+                    raise self._too_large(size)
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            message: Message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > self.max_body:
+                raise self._too_large(total)
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
+
+    def _too_large(self, size: int) -> PayloadTooLarge:
+        return PayloadTooLarge(f"the request body has {size} bytes or more; this server "
+                               f"accepts at most {self.max_body} (--max-body-size)")
+
+
+class FastPath:
+    """Sends POSTs to the replay endpoints straight to them, past FastAPI's routing."""
+
+    def __init__(self, app: ASGIApp, endpoints: dict[str, ReplayEndpoint]) -> None:
+        self.app = app
+        self.endpoints = endpoints
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self.endpoints.get(scope["path"])
+            if endpoint is not None:
+                await endpoint(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _error_response(error: ReplayServerError) -> Response:
+    status, headers, body = errors.render(error)
+    return Response(body, status_code=status,
+                    headers={k.decode(): v.decode() for k, v in headers
+                             if k != b"content-length"})
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kinds: dict[int, type[ReplayServerError]] = {
+        404: errors.NotFound, 405: errors.MethodNotAllowed, 413: errors.PayloadTooLarge,
+        401: errors.Unauthorized,
+    }
+    kind = kinds.get(exc.status_code, BadRequest)
+    detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    message = f"{detail}: {request.method} {request.url.path}"
+    if exc.status_code == 404:
+        message += " (this server answers /v1/chat/completions, /v1/completions, /v1/models)"
+    return _error_response(kind(message))
+
+
+async def _replay_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ReplayServerError)
+    return _error_response(exc)
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {}
+    param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+    return _error_response(BadRequest(f"{param}: {first.get('msg', 'invalid')}", param=param))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    return _error_response(internal_error(exc))
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        for path in ENDPOINTS:
+            schema["paths"][path] = {"post": {
+                "summary": f"Replay a saved answer ({path})",
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": protocol.SCHEMAS[path]}}},
+                "responses": {
+                    "200": {"description": "The saved response, as the original server sent it"},
+                    "400": {"description": "Malformed request (OpenAI error envelope)"},
+                    "404": {"description": "Unknown model"},
+                    "413": {"description": "Request body too large"},
+                    "422": {"description": "Replay error: no match, ambiguous, n mismatch, "
+                                           "exhausted or unusable"},
+                }}}
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+def create_app(settings: Settings, index: Index, prompts: PromptSource | None = None) -> FastAPI:
+    """The whole server for one loaded index. `prompts` feeds miss diagnostics."""
+    replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous), prompts)
+    app = FastAPI(title="replay-server", version="0.1.0",
+                  description="Replays saved LLM generations over the OpenAI API.")
+    app.state.replayer = replayer
+    app.state.settings = settings
+    endpoints = {path: ReplayEndpoint(replayer, path, settings.max_body_size)
+                 for path in ENDPOINTS}
+    for path, endpoint in endpoints.items():
+        app.router.routes.append(Route(path, endpoint, methods=["POST"]))
+    app.include_router(router)
+    app.add_middleware(FastPath, endpoints=endpoints)
+    app.add_exception_handler(HTTPException, _http_exception)
+    app.add_exception_handler(ReplayServerError, _replay_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _unexpected)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app

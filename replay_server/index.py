@@ -1,0 +1,267 @@
+"""The replay index: saved generations by model and key, and the rules that pick an answer.
+
+Shape: model -> key -> Entry -> Instances -> Exchanges -> choices (samples).
+
+- An *exchange* is one saved response (a native record), kept pre-encoded as bytes.
+- An *instance* is what one eval instance saved for a prompt: the exchanges that share the
+  record's source file and `source.instance` (records with no instance id, like a
+  recording, form one instance per file and key), its samples in saved order.
+- An *entry* holds every instance saved under one key.
+
+The rules (DESIGN.md, "Repeats and samples"), applied by `choose`:
+1. No usable instance: `replay_unusable` if some instance was saved unusable, else a miss.
+2. Strict mode: only instances whose saved sampling parameters equal the request's.
+3. Every saved sample is one generation ("uniform", the greedy case): `n=1` gets it, any
+   number of times; `n=k` gets an instance that saved exactly k samples.
+4. Instances that saved different generations: `replay_ambiguous`, unless the user
+   allowed serving them in saved order.
+5. `n` equal to an instance's saved count: that instance, whole, any number of times.
+   `n=1` against several samples: the samples in saved order, one per call (the per-key
+   cursor, the only state), then `replay_exhausted`. Anything else: `replay_n_mismatch`.
+
+The index itself is immutable once built; the cursors live with the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from . import keys
+from .errors import (
+    Ambiguous,
+    BadRequest,
+    Exhausted,
+    ModelNotFound,
+    NMismatch,
+    ParamsMismatch,
+    Unusable,
+)
+from .records import CHAT_PATH, Record
+
+
+@dataclass(slots=True)
+class Exchange:
+    body: bytes
+    n: int
+    where: str
+    params: bytes
+    sample_usage: tuple[dict[str, Any] | None, ...] | None = None
+
+
+@dataclass(slots=True)
+class Instance:
+    where: str
+    exchanges: list[Exchange] = field(default_factory=list)
+    unusable: str | None = None
+    signatures: list[bytes] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return sum(e.n for e in self.exchanges)
+
+    def samples(self) -> list[tuple[Exchange, int | None]]:
+        """Each saved sample in order; `None` stands for a whole one-choice exchange."""
+        return [(e, None if e.n == 1 else c) for e in self.exchanges for c in range(e.n)]
+
+    def whole(self) -> list[tuple[Exchange, int | None]]:
+        return [(e, None) for e in self.exchanges]
+
+
+@dataclass(slots=True)
+class Entry:
+    instances: list[Instance] = field(default_factory=list)
+    unusable: list[Instance] = field(default_factory=list)
+    uniform: bool = True
+
+
+@dataclass
+class ModelRun:
+    name: str
+    entries: dict[bytes, Entry] = field(default_factory=dict)
+    records: int = 0
+    samples: int = 0
+    unusable_records: int = 0
+
+
+# What `choose` returns: the exchanges (and choices) that answer one prompt, in order.
+Selection = list[tuple[Exchange, int | None]]
+
+
+@dataclass(frozen=True)
+class Rules:
+    strict: bool = False
+    allow_ambiguous: bool = False
+
+
+class Index:
+    def __init__(self, models: dict[str, ModelRun], aliases: dict[str, str] | None = None):
+        self.models = models
+        self.aliases = dict(aliases or {})
+        for client, saved in self.aliases.items():
+            if saved not in models:
+                raise ValueError(f"--model-alias {client}={saved}: no saved run has model "
+                                 f"`{saved}` (saved: {', '.join(sorted(models)) or 'none'})")
+
+    def run(self, model: str | None) -> ModelRun:
+        """The saved run a request's `model` selects."""
+        if model is None:
+            if len(self.models) == 1:
+                return next(iter(self.models.values()))
+            raise BadRequest("`model` is required: this server holds several models: "
+                             + ", ".join(sorted(self.models)), param="model")
+        name = self.aliases.get(model, self.aliases.get("*", model))
+        run = self.models.get(name)
+        if run is None:
+            raise ModelNotFound(model, sorted(self.models))
+        return run
+
+
+def _exact(data: bytes) -> bytes:
+    # orjson's result keeps a heap block several times its size; an exact copy does not.
+    return memoryview(data).tobytes()
+
+
+def _signature(choice: dict[str, Any]) -> bytes:
+    """What makes a generation the same one: everything but its index and logprobs."""
+    rest = {k: v for k, v in choice.items() if k not in ("index", "logprobs")}
+    return hashlib.blake2b(keys.canonical(rest), digest_size=8).digest()
+
+
+def prompt_of(record: Record) -> dict[str, Any]:
+    if record.endpoint == CHAT_PATH:
+        return keys.chat_prompt(record.request)
+    return keys.completion_prompt(record.request["prompt"], record.request.get("echo"))
+
+
+class Builder:
+    """Records in, Index out. Records are grouped into instances as they arrive."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, ModelRun] = {}
+        self._instances: dict[tuple[str, bytes, Any, Any], Instance] = {}
+        self._params: dict[bytes, bytes] = {}
+
+    def add(self, record: Record) -> None:
+        run = self._models.get(record.model)
+        if run is None:
+            run = self._models[record.model] = ModelRun(record.model)
+        run.records += 1
+        key = keys.key_of(prompt_of(record))
+        group = (record.model, key, record.source.get("file"), record.source.get("instance"))
+        instance = self._instances.get(group)
+        if instance is None:
+            instance = self._instances[group] = Instance(record.where)
+            run.entries.setdefault(key, Entry()).instances.append(instance)
+        if record.unusable is not None or record.response is None:
+            run.unusable_records += 1
+            if instance.unusable is None:
+                instance.unusable = f"{record.unusable} (saved at {record.where})"
+            return
+        choices = record.response["choices"]
+        params = keys.canonical(keys.sampling_params(record.request))
+        params = self._params.setdefault(params, params)
+        usage = tuple(record.sample_usage) if record.sample_usage is not None else None
+        body = _exact(orjson.dumps(record.response))
+        instance.exchanges.append(Exchange(body, len(choices), record.where, params, usage))
+        instance.signatures.extend(_signature(c) for c in choices)
+        run.samples += len(choices)
+
+    def build(self, aliases: dict[str, str] | None = None) -> Index:
+        for run in self._models.values():
+            for entry in run.entries.values():
+                _settle(entry)
+        self._instances.clear()
+        return Index(self._models, aliases)
+
+
+def _settle(entry: Entry) -> None:
+    usable = [i for i in entry.instances if i.unusable is None]
+    entry.unusable = [i for i in entry.instances if i.unusable is not None]
+    entry.instances = usable
+    entry.uniform = len({s for i in usable for s in i.signatures}) <= 1
+    for instance in entry.instances + entry.unusable:
+        instance.signatures = []
+
+
+def build(records: Iterable[Record], aliases: dict[str, str] | None = None) -> Index:
+    builder = Builder()
+    for record in records:
+        builder.add(record)
+    return builder.build(aliases)
+
+
+Cursors = Mapping[Any, int]
+
+
+def choose(entry: Entry, n: int, params: bytes, rules: Rules, cursors: Cursors,
+           cursor_key: Any) -> tuple[Selection, tuple[Any, int] | None]:
+    """The saved samples that answer a request for `n` samples, and the cursor move to
+    commit once the whole request is answered (None: no move). Raises a ReplayError when
+    nothing fits; `cursors` is only read."""
+    instances = entry.instances
+    if not instances:
+        reasons = "; ".join(i.unusable or "" for i in entry.unusable[:3])
+        raise Unusable(f"this prompt was saved, but its saved answer cannot be replayed: "
+                       f"{reasons}")
+    if rules.strict:
+        instances = _same_params(instances, params)
+    if entry.uniform:
+        if n == 1:
+            return [instances[0].samples()[0]], None
+        return _whole(instances, n), None
+    if len(instances) > 1 and not rules.allow_ambiguous:
+        wheres = ", ".join(i.where for i in instances[:3])
+        more = f" and {len(instances) - 3} more" if len(instances) > 3 else ""
+        raise Ambiguous(f"{len(instances)} saved instances share this prompt but saved "
+                        f"different generations ({wheres}{more}); serving one instance's "
+                        "answer to another would corrupt scores. Replay the runs separately, "
+                        "or pass --allow-ambiguous to serve them in saved order.")
+    if n == 1:
+        samples = [s for i in instances for s in i.samples()]
+        done = cursors.get(cursor_key, 0)
+        if done >= len(samples):
+            raise Exhausted(f"all {len(samples)} saved samples of this prompt were already "
+                            "served (n=1 calls get them one by one, in saved order); this "
+                            "call asks for one more. POST /replay/reset starts over.",
+                            param="n")
+        return [samples[done]], (cursor_key, done + 1)
+    fits = [i for i in instances if i.size == n]
+    if len(fits) > 1:
+        done = cursors.get((cursor_key, n), 0)
+        if done >= len(fits):
+            raise Exhausted(f"all {len(fits)} saved instances with n={n} samples of this "
+                            "prompt were already served. POST /replay/reset starts over.",
+                            param="n")
+        return fits[done].whole(), ((cursor_key, n), done + 1)
+    return _whole(instances, n), None
+
+
+def _whole(instances: list[Instance], n: int) -> Selection:
+    for instance in instances:
+        if instance.size == n:
+            return instance.whole()
+    sizes = sorted({i.size for i in instances})
+    raise NMismatch(f"the request asks for n={n} samples, but this prompt saved "
+                    f"{' or '.join(map(str, sizes))} (ask for n=1 one call at a time, or "
+                    "for the saved number)", param="n")
+
+
+def _same_params(instances: list[Instance], params: bytes) -> list[Instance]:
+    same = [i for i in instances if i.exchanges[0].params == params]
+    if same:
+        return same
+    saved = orjson.loads(instances[0].exchanges[0].params)
+    asked = orjson.loads(params)
+    diff = sorted(k for k in saved.keys() | asked.keys() if saved.get(k) != asked.get(k))
+    field = diff[0]
+    raise ParamsMismatch(
+        f"strict mode: `{field}` differs from the saved request ({instances[0].where}): "
+        f"requested {orjson.dumps(asked.get(field)).decode()}, saved "
+        f"{orjson.dumps(saved.get(field)).decode()}"
+        + (f"; also differing: {', '.join(diff[1:])}" if len(diff) > 1 else ""),
+        param=field)

@@ -1,0 +1,271 @@
+"""The native record: one saved exchange, one JSONL line.
+
+    {"replay_record": 1,
+     "endpoint": "/v1/chat/completions",            # or "/v1/completions"
+     "model": "Qwen/Qwen3-8B",                     # the name clients ask for
+     "request": {...},                              # as sent, minus transport-only fields
+     "response": {...},                             # the whole non-streamed body, or null
+     "unusable": "why",                             # only when response is null
+     "sample_usage": [{...} | null, ...],           # optional: each choice's own usage
+     "source": {"file": ..., "line": ..., "harness": ..., "instance": ...}}
+
+A completion record holds one prompt: a batch is saved as one record per prompt. Every
+reader yields these; the recorder and `convert` write them; the index reads nothing else.
+This module validates and serialises records; it never decides what to serve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .errors import LoadError
+
+RECORD_VERSION = 1
+MARKER = "replay_record"
+
+CHAT_PATH = "/v1/chat/completions"
+COMPLETION_PATH = "/v1/completions"
+ENDPOINTS = (CHAT_PATH, COMPLETION_PATH)
+
+# Fields that only shape the transport, never the answer: not saved, not compared.
+TRANSPORT_FIELDS = frozenset({"stream", "stream_options", "user"})
+
+
+@dataclass(slots=True)
+class Record:
+    endpoint: str
+    model: str
+    request: dict[str, Any]
+    response: dict[str, Any] | None
+    source: dict[str, Any]
+    unusable: str | None = None
+    sample_usage: list[dict[str, Any] | None] | None = None
+
+    @property
+    def where(self) -> str:
+        """FILE:LINE (plus the instance when known) of the saved exchange."""
+        file, line = self.source.get("file"), self.source.get("line")
+        where = f"{file}:{line}" if line is not None else str(file)
+        instance = self.source.get("instance")
+        return f"{where} ({instance})" if instance is not None else where
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            MARKER: RECORD_VERSION,
+            "endpoint": self.endpoint,
+            "model": self.model,
+            "request": self.request,
+            "response": self.response,
+        }
+        if self.unusable is not None:
+            out["unusable"] = self.unusable
+        if self.sample_usage is not None:
+            out["sample_usage"] = self.sample_usage
+        out["source"] = self.source
+        return out
+
+
+def dump_line(record: Record) -> bytes:
+    return orjson.dumps(record.to_json()) + b"\n"
+
+
+def strip_transport(request: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in request.items() if k not in TRANSPORT_FIELDS}
+
+
+@dataclass(slots=True)
+class _Check:
+    """Field checks that raise a LoadError naming the file, line and field."""
+
+    file: str
+    line: int | None
+    prefix: str = field(default="")
+
+    def fail(self, name: str, reason: str) -> LoadError:
+        return LoadError(self.file, self.line, reason, field=self.prefix + name)
+
+    def get(self, obj: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+        if name not in obj:
+            raise self.fail(name, "missing")
+        value = obj[name]
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            raise self.fail(name, f"expected {_kind_name(kind)}, got {_json_type(value)}")
+        return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def is_token_ids(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) > 0
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+    )
+
+
+def choice_unusable(endpoint: str, choice: dict[str, Any]) -> str | None:
+    """Why a saved choice is not an answer, or None. An empty string is an answer."""
+    if endpoint == COMPLETION_PATH:
+        return None if isinstance(choice.get("text"), str) else "saved text is null or missing"
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        return "saved message is null or missing"
+    answer_fields = ("content", "tool_calls", "function_call", "reasoning", "reasoning_content")
+    if all(message.get(f) is None for f in answer_fields):
+        return "saved message has no content, reasoning or tool calls"
+    return None
+
+
+def validate(obj: Any, file: str, line: int | None) -> Record:
+    """A native record from one parsed JSONL line, or a LoadError saying what is wrong."""
+    check = _Check(file, line)
+    if not isinstance(obj, dict):
+        raise LoadError(file, line, f"expected a JSON object, got {_json_type(obj)}")
+    version = check.get(obj, MARKER, int)
+    if version != RECORD_VERSION:
+        raise check.fail(MARKER, f"record format version {version} is not supported "
+                                 f"(this replay-server reads version {RECORD_VERSION})")
+    endpoint = check.get(obj, "endpoint", str)
+    if endpoint not in ENDPOINTS:
+        raise check.fail("endpoint", f"expected one of {', '.join(ENDPOINTS)}, got {endpoint!r}")
+    model = check.get(obj, "model", str)
+    if not model:
+        raise check.fail("model", "must not be empty")
+    request = check.get(obj, "request", dict)
+    _validate_prompt(endpoint, request, _Check(file, line, "request."))
+    source = obj.get("source") or {}
+    if not isinstance(source, dict):
+        raise check.fail("source", f"expected an object, got {_json_type(source)}")
+    source = {"file": file, "line": line, **source}
+    response = obj.get("response")
+    unusable = obj.get("unusable")
+    if response is None:
+        if not isinstance(unusable, str) or not unusable:
+            raise check.fail("response", "is null, so `unusable` must say why")
+        return Record(endpoint, model, strip_transport(request), None, source, unusable)
+    if not isinstance(response, dict):
+        raise check.fail("response", f"expected an object or null, got {_json_type(response)}")
+    response = normalise_choices(response, endpoint, _Check(file, line, "response."))
+    sample_usage = _sample_usage(obj, len(response["choices"]), check)
+    reasons = {choice_unusable(endpoint, c) for c in response["choices"]} - {None}
+    record = Record(endpoint, model, strip_transport(request), response, source,
+                    None, sample_usage)
+    if reasons:
+        record.unusable = sorted(r for r in reasons if r)[0]
+    return record
+
+
+def _validate_prompt(endpoint: str, request: dict[str, Any], check: _Check) -> None:
+    if endpoint == CHAT_PATH:
+        messages = check.get(request, "messages", list)
+        if not messages or not all(isinstance(m, dict) for m in messages):
+            raise check.fail("messages", "expected a non-empty list of message objects")
+        return
+    prompt = request.get("prompt")
+    if not (isinstance(prompt, str) or is_token_ids(prompt)):
+        raise check.fail("prompt", "expected one prompt: a string or a list of token ids "
+                                   "(a batch is saved as one record per prompt)")
+
+
+def normalise_choices(response: dict[str, Any], endpoint: str, check: _Check) -> dict[str, Any]:
+    """The response with its choices in index order and indexed 0..n-1."""
+    choices = check.get(response, "choices", list)
+    if not choices or not all(isinstance(c, dict) for c in choices):
+        raise check.fail("choices", "expected a non-empty list of choice objects")
+    if all(isinstance(c.get("index"), int) for c in choices):
+        choices = sorted(choices, key=lambda c: c["index"])
+    want = "message" if endpoint == CHAT_PATH else "text"
+    for i, choice in enumerate(choices):
+        if want not in choice:
+            raise check.fail(f"choices[{i}].{want}", "missing")
+    return {**response, "choices": [{**c, "index": i} for i, c in enumerate(choices)]}
+
+
+def _sample_usage(obj: dict[str, Any], n: int, check: _Check) -> list[Any] | None:
+    usage = obj.get("sample_usage")
+    if usage is None:
+        return None
+    if not isinstance(usage, list) or len(usage) != n:
+        raise check.fail("sample_usage", f"expected a list of {n} usage objects or nulls")
+    if not all(u is None or isinstance(u, dict) for u in usage):
+        raise check.fail("sample_usage", "expected usage objects or nulls")
+    return usage
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, bytes, int]]:
+    """(line number, line bytes, bytes consumed) for each non-blank line of a file.
+
+    A last line with no newline is yielded as it is: a caller that fails to parse it says
+    the file looks cut short (a crashed writer), rather than dropping it.
+    """
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if raw.strip():
+                yield number, raw, len(raw)
+            else:
+                yield number, b"", len(raw)
+
+
+def parse_line(raw: bytes, file: str, line: int) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        if not raw.endswith(b"\n"):
+            raise LoadError(file, line, "the last line is cut short (no newline at the end "
+                                        f"and not valid JSON: {e}); was the writer killed?"
+                            ) from None
+        raise LoadError(file, line, f"not valid JSON: {e}") from None
+
+
+def split_prompts(prompt: Any) -> list[str | list[int]] | None:
+    """The prompts of a completion request, one by one; None if `prompt` has no valid form.
+
+    Accepted: a string, a list of token ids, a list of strings, a list of token-id lists.
+    """
+    if isinstance(prompt, str) or is_token_ids(prompt):
+        return [prompt]
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            return list(prompt)
+        if all(is_token_ids(p) for p in prompt):
+            return list(prompt)
+    return None
+
+
+def split_batch(
+    request: dict[str, Any], response: dict[str, Any]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """One (request, response) per prompt of a batched completion exchange.
+
+    Choice `prompt_index * n + j` goes to prompt `prompt_index`. The batch's `usage` covers
+    every prompt together and cannot be split, so each part's usage is null.
+    """
+    prompts = split_prompts(request.get("prompt"))
+    if prompts is None or len(prompts) == 1:
+        return [(request, response)]
+    choices = sorted(response.get("choices") or [], key=lambda c: c.get("index", 0))
+    n = len(choices) // len(prompts)
+    if n == 0 or n * len(prompts) != len(choices):
+        raise ValueError(f"{len(choices)} choices do not split evenly over {len(prompts)} prompts")
+    parts = []
+    for i, prompt in enumerate(prompts):
+        mine = [{**c, "index": j} for j, c in enumerate(choices[i * n:(i + 1) * n])]
+        parts.append(({**request, "prompt": prompt}, {**response, "choices": mine, "usage": None}))
+    return parts

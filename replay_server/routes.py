@@ -1,0 +1,44 @@
+"""The thin endpoints beside the replay hot path: health, models, status, reset.
+
+Each one asks the Replayer and returns; no logic lives here.
+"""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from .replay import Replayer
+
+router = APIRouter()
+
+
+def _replayer(request: Request) -> Replayer:
+    replayer: Replayer = request.app.state.replayer
+    return replayer
+
+
+def _json(body: bytes) -> Response:
+    return Response(body, media_type="application/json")
+
+
+@router.get("/health", summary="Liveness: 200 with an empty body once the index is loaded")
+async def health() -> Response:
+    return Response(status_code=200)
+
+
+@router.get("/v1/models", summary="The saved models this server answers for (vLLM's shape)")
+async def models(request: Request) -> Response:
+    return _json(_replayer(request).models_body())
+
+
+@router.get("/replay/status", summary="Records loaded per model, and replay outcome counts")
+async def status(request: Request) -> Response:
+    return _json(orjson.dumps(_replayer(request).status()))
+
+
+@router.post("/replay/reset", summary="Forget cursors and counters, as if just started")
+async def reset(request: Request) -> Response:
+    _replayer(request).reset()
+    return Response(status_code=204)

@@ -1,0 +1,71 @@
+"""Serving settings: typed, defaulted and documented in one place.
+
+The CLI builds its `serve` options from `SETTINGS` (flag, help, environment variable), and
+the README's flag table is tested against it, so the three cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+ENV_PREFIX = "REPLAY_SERVER_"
+DEFAULT_MAX_BODY = 16 * 1024 * 1024
+
+
+def _setting(default: Any, help: str, **extra: Any) -> Any:
+    return field(default=default, metadata={"help": help, **extra})
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = _setting("127.0.0.1", "Address to bind. Use 0.0.0.0 only on a trusted network.")
+    port: int = _setting(8000, "Port to listen on (0 picks a free one).")
+    model_alias: tuple[str, ...] = _setting(
+        (), "Serve saved model SAVED under the name CLIENT (CLIENT=SAVED; repeatable; "
+        "CLIENT may be '*', matching any name).", multiple=True, metavar="CLIENT=SAVED")
+    strict: bool = _setting(
+        False, "Also require the sampling parameters (temperature, max_tokens, stop, seed, "
+        "...) to equal the saved request's; a difference fails with replay_params_mismatch.")
+    allow_ambiguous: bool = _setting(
+        False, "When instances that share a prompt saved different generations, serve them "
+        "in saved order instead of failing with replay_ambiguous.")
+    skip_bad_lines: bool = _setting(
+        False, "Start even if some saved lines cannot be read; they are skipped and reported.")
+    max_body_size: int = _setting(
+        DEFAULT_MAX_BODY, "Largest request body accepted, in bytes; larger ones get 413.")
+    access_log: bool = _setting(False, "Log every request (costs throughput).")
+    log_level: str = _setting("info", "Log level: debug, info, warning or error.",
+                              choices=("debug", "info", "warning", "error"))
+
+    def aliases(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for item in self.model_alias:
+            client, sep, saved = item.partition("=")
+            if not sep or not client or not saved:
+                raise ValueError(f"--model-alias {item!r}: expected CLIENT=SAVED")
+            out[client] = saved
+        return out
+
+
+SETTINGS = fields(Settings)
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def envvar(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def markdown_table() -> str:
+    """The README's table of `serve` options, generated from SETTINGS (and tested)."""
+    rows = ["| flag | environment variable | default | what it does |",
+            "| --- | --- | --- | --- |"]
+    for setting in SETTINGS:
+        default = setting.default
+        shown = "off" if default is False else "none" if default == () else f"`{default}`"
+        rows.append(f"| `{flag(setting.name)}` | `{envvar(setting.name)}` | {shown} | "
+                    f"{setting.metadata['help']} |")
+    return "\n".join(rows)

@@ -1,0 +1,232 @@
+"""The lookup rules (DESIGN.md "Repeats and samples"), through the replay service, no HTTP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from replay_server import errors
+from replay_server.index import Rules, prompt_of
+from replay_server.records import CHAT_PATH, COMPLETION_PATH, Record
+from replay_server.replay import Replayer
+
+from .support import (
+    MODEL,
+    build,
+    chat_record,
+    chat_response,
+    completion_record,
+    completion_response,
+    user,
+)
+
+LOOSE = Rules()
+
+
+def replayer(records: list[Record], rules: Rules = LOOSE, **aliases: str) -> Replayer:
+    def saved(model: str) -> list[tuple[dict[str, Any], str]]:
+        return [(prompt_of(r), r.where) for r in records if r.model == model]
+
+    return Replayer(build(records, **aliases), rules, saved)
+
+
+def ask(r: Replayer, text: str, **request: Any) -> dict[str, Any]:
+    body = {"model": MODEL, "messages": user(text), **request}
+    reply = r.handle(CHAT_PATH, orjson.dumps(body))
+    assert reply.body is not None
+    result: dict[str, Any] = orjson.loads(reply.body)
+    return result
+
+
+def texts(body: dict[str, Any]) -> list[str]:
+    return [c["message"]["content"] for c in body["choices"]]
+
+
+def test_a_saved_prompt_gets_its_saved_body_byte_for_byte() -> None:
+    response = chat_response("4", reasoning="2+2=4")
+    r = replayer([chat_record("2+2?", response)])
+    reply = r.handle(CHAT_PATH, orjson.dumps({"model": MODEL, "messages": user("2+2?")}))
+    assert reply.body == orjson.dumps(response)
+
+
+def test_an_unsaved_prompt_is_a_miss_naming_the_nearest_prompt() -> None:
+    r = replayer([chat_record("What is 2+2?", chat_response("4"))])
+    with pytest.raises(errors.NoMatch) as e:
+        ask(r, "What is 2+3?")
+    assert "saved.jsonl:1" in e.value.message
+    assert "message 0 (user), character 10" in e.value.message
+    assert r.counts[MODEL]["replay_no_match"] == 1
+
+
+def test_identical_saved_samples_serve_n1_any_number_of_times() -> None:
+    r = replayer([chat_record("q", chat_response("a"), instance=1),
+                  chat_record("q", chat_response("a"), instance=2)])
+    for _ in range(5):
+        assert texts(ask(r, "q")) == ["a"]
+
+
+def test_different_generations_of_different_instances_are_ambiguous() -> None:
+    r = replayer([chat_record("q", chat_response("a"), instance=1),
+                  chat_record("q", chat_response("b"), instance=2)])
+    with pytest.raises(errors.Ambiguous, match="2 saved instances"):
+        ask(r, "q")
+
+
+def test_allow_ambiguous_serves_them_in_saved_order() -> None:
+    r = replayer([chat_record("q", chat_response("a"), instance=1),
+                  chat_record("q", chat_response("b"), instance=2)],
+                 Rules(allow_ambiguous=True))
+    assert [texts(ask(r, "q")) for _ in range(2)] == [["a"], ["b"]]
+    with pytest.raises(errors.Exhausted):
+        ask(r, "q")
+
+
+def test_n_equal_to_saved_count_serves_the_instance_whole_and_statelessly() -> None:
+    r = replayer([chat_record("q", chat_response("a", "b", "c"))])
+    for _ in range(3):
+        assert texts(ask(r, "q", n=3)) == ["a", "b", "c"]
+
+
+def test_n1_calls_get_saved_samples_in_order_then_exhausted() -> None:
+    r = replayer([chat_record("q", chat_response("a", "b", "c"))])
+    assert [texts(ask(r, "q"))[0] for _ in range(3)] == ["a", "b", "c"]
+    with pytest.raises(errors.Exhausted, match="all 3 saved samples"):
+        ask(r, "q")
+    assert r.counts[MODEL]["replay_exhausted"] == 1
+
+
+def test_an_n_request_does_not_move_the_cursor() -> None:
+    r = replayer([chat_record("q", chat_response("a", "b"))])
+    assert texts(ask(r, "q")) == ["a"]
+    assert texts(ask(r, "q", n=2)) == ["a", "b"]
+    assert texts(ask(r, "q")) == ["b"]
+
+
+def test_repeats_saved_as_separate_exchanges_form_one_instance() -> None:
+    records = [chat_record("q", chat_response(t), instance="doc-0", line=i)
+               for i, t in enumerate(["x", "y", "z"])]
+    r = replayer(records)
+    assert [texts(ask(r, "q"))[0] for _ in range(3)] == ["x", "y", "z"]
+    both = ask(r, "q", n=3)
+    assert texts(both) == ["x", "y", "z"]
+    assert both["usage"] == {"prompt_tokens": 10, "completion_tokens": 6, "total_tokens": 16}
+
+
+def test_n_that_fits_no_instance_is_a_mismatch() -> None:
+    r = replayer([chat_record("q", chat_response("a", "b"))])
+    with pytest.raises(errors.NMismatch, match="n=3.*saved 2"):
+        ask(r, "q", n=3)
+
+
+def test_uniform_single_sample_cannot_be_stretched_to_n() -> None:
+    r = replayer([chat_record("q", chat_response("a"))])
+    with pytest.raises(errors.NMismatch):
+        ask(r, "q", n=2)
+
+
+def test_reset_starts_the_cursors_over() -> None:
+    r = replayer([chat_record("q", chat_response("a", "b"))])
+    ask(r, "q")
+    r.reset()
+    assert texts(ask(r, "q")) == ["a"]
+
+
+def test_a_failed_request_moves_no_cursor() -> None:
+    records = [completion_record("p1", completion_response("a", "b")),
+               completion_record("p2", completion_response("c"), line=2)]
+    r = replayer(records)
+    body = {"model": MODEL, "prompt": ["p1", "missing"]}
+    with pytest.raises(errors.NoMatch, match="prompt 1 of 2"):
+        r.handle(COMPLETION_PATH, orjson.dumps(body))
+    reply = r.handle(COMPLETION_PATH, orjson.dumps({"model": MODEL, "prompt": "p1"}))
+    assert reply.body is not None
+    assert orjson.loads(reply.body)["choices"][0]["text"] == "a"
+
+
+def test_unusable_instances_do_not_block_usable_ones() -> None:
+    r = replayer([chat_record("q", None, unusable="text was null", instance=1),
+                  chat_record("q", chat_response("a"), instance=2)])
+    assert texts(ask(r, "q")) == ["a"]
+
+
+def test_only_unusable_instances_give_replay_unusable_naming_why_and_where() -> None:
+    r = replayer([chat_record("q", None, unusable="text was null", file="run.jsonl", line=7)])
+    with pytest.raises(errors.Unusable, match=r"text was null \(saved at run.jsonl:7\)"):
+        ask(r, "q")
+
+
+def test_an_empty_string_is_an_answer() -> None:
+    r = replayer([chat_record("q", chat_response(""))])
+    assert texts(ask(r, "q")) == [""]
+
+
+def test_a_null_content_with_nothing_else_is_unusable() -> None:
+    r = replayer([chat_record("q", chat_response(None))])
+    with pytest.raises(errors.Unusable, match="no content"):
+        ask(r, "q")
+
+
+def test_unknown_model_is_404_naming_served_models() -> None:
+    r = replayer([chat_record("q", chat_response("a"))])
+    with pytest.raises(errors.ModelNotFound, match="`gpt-4o` does not exist.*test/model"):
+        ask(r, "q", model="gpt-4o")
+
+
+def test_model_alias_maps_a_client_name() -> None:
+    r = replayer([chat_record("q", chat_response("a"))], **{"gpt-4o": MODEL})
+    assert texts(ask(r, "q", model="gpt-4o")) == ["a"]
+
+
+def test_model_is_part_of_the_selection_not_the_key() -> None:
+    r = replayer([chat_record("q", chat_response("a"), model="m1"),
+                  chat_record("q", chat_response("b"), model="m2")])
+    assert texts(ask(r, "q", model="m1")) == ["a"]
+    assert texts(ask(r, "q", model="m2")) == ["b"]
+    with pytest.raises(errors.BadRequest, match="several models"):
+        r.handle(CHAT_PATH, orjson.dumps({"messages": user("q")}))
+
+
+def test_strict_mode_compares_sampling_parameters() -> None:
+    records = [chat_record("q", chat_response("a"), temperature=0.0, max_tokens=16)]
+    loose = replayer(records)
+    assert texts(ask(loose, "q", temperature=1.0)) == ["a"]
+    strict = replayer(records, Rules(strict=True))
+    assert texts(ask(strict, "q", temperature=0.0, max_tokens=16)) == ["a"]
+    with pytest.raises(errors.ParamsMismatch, match="`temperature`.*requested 1.0, saved 0.0"):
+        ask(strict, "q", temperature=1.0, max_tokens=16)
+    with pytest.raises(errors.ParamsMismatch, match="`seed`"):
+        ask(strict, "q", temperature=0.0, max_tokens=16, seed=3)
+
+
+def test_strict_mode_separates_instances_saved_with_different_parameters() -> None:
+    records = [chat_record("q", chat_response("short", finish="length"), max_tokens=1,
+                           instance=1),
+               chat_record("q", chat_response("long answer"), max_tokens=100, instance=2)]
+    strict = replayer(records, Rules(strict=True))
+    assert texts(ask(strict, "q", max_tokens=100)) == ["long answer"]
+    with pytest.raises(errors.Ambiguous):
+        ask(replayer(records), "q", max_tokens=100)
+
+
+def test_batched_completion_prompts_are_looked_up_one_by_one() -> None:
+    records = [completion_record("p1", completion_response("a1", "a2")),
+               completion_record("p2", completion_response("b1", "b2"), line=2)]
+    r = replayer(records)
+    reply = r.handle(COMPLETION_PATH, orjson.dumps({"model": MODEL, "prompt": ["p2", "p1"],
+                                                     "n": 2}))
+    assert reply.body is not None
+    body = orjson.loads(reply.body)
+    assert [(c["index"], c["text"]) for c in body["choices"]] == [
+        (0, "b1"), (1, "b2"), (2, "a1"), (3, "a2")]
+    assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 12, "total_tokens": 22}
+
+
+def test_token_id_prompts_are_keyed_as_token_ids() -> None:
+    r = replayer([completion_record([1, 2, 3], completion_response("x"))])
+    reply = r.handle(COMPLETION_PATH, orjson.dumps({"model": MODEL, "prompt": [[1, 2, 3]]}))
+    assert reply.body is not None
+    assert orjson.loads(reply.body)["choices"][0]["text"] == "x"
+    with pytest.raises(errors.NoMatch, match="token ids differ at token 2"):
+        r.handle(COMPLETION_PATH, orjson.dumps({"model": MODEL, "prompt": [1, 2, 4]}))

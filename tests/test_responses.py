@@ -1,0 +1,112 @@
+"""Response bodies and SSE framing, built from saved exchanges (pure functions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from replay_server import responses
+from replay_server.index import Exchange
+from replay_server.records import CHAT_PATH, COMPLETION_PATH
+
+from .support import chat_response, completion_response
+
+
+def exchange(body: dict[str, Any], sample_usage: Any = None) -> Exchange:
+    return Exchange(orjson.dumps(body), len(body["choices"]), "f:1", b"{}", sample_usage)
+
+
+def frames(endpoint: str, body: dict[str, Any], include_usage: bool) -> list[Any]:
+    raw = b"".join(responses.chunks(endpoint, body, include_usage))
+    events = raw.split(b"\n\n")
+    assert events[-1] == b""
+    assert all(e.startswith(b"data: ") for e in events[:-1])
+    return [e[6:] if e == b"data: [DONE]" else orjson.loads(e[6:]) for e in events[:-1]]
+
+
+def test_one_whole_exchange_is_served_as_its_saved_bytes() -> None:
+    saved = exchange(chat_response("a"))
+    assert responses.encode([[(saved, None)]]) is saved.body
+
+
+def test_one_sample_of_several_gets_its_own_usage_or_null() -> None:
+    body = chat_response("a", "b")
+    own = [{"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}, None]
+    with_usage = responses.body([[(exchange(body, own), 0)]])
+    assert with_usage["usage"] == own[0]
+    assert with_usage["choices"] == [{**body["choices"][0], "index": 0}]
+    assert responses.body([[(exchange(body), 1)]])["usage"] is None
+    assert responses.body([[(exchange(body), 1)]])["choices"][0]["message"]["content"] == "b"
+
+
+def test_samples_from_several_exchanges_count_the_prompt_once() -> None:
+    parts = [(exchange(chat_response(t)), None) for t in "xyz"]
+    body = responses.body([parts])
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2]
+    assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 6, "total_tokens": 16}
+
+
+def test_a_missing_count_is_never_invented() -> None:
+    parts = [(exchange(chat_response("x")), None), (exchange(chat_response("y", usage=None)),
+                                                    None)]
+    assert responses.body([parts])["usage"] is None
+
+
+def test_a_batch_sums_the_counts_of_its_prompts() -> None:
+    a, b = exchange(completion_response("a")), exchange(completion_response("b"))
+    body = responses.body([[(a, None)], [(b, None)]])
+    assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 6, "total_tokens": 16}
+    assert body["id"] == "cmpl-1"
+
+
+def test_chat_stream_framing() -> None:
+    body = chat_response("4", reasoning="2+2=4")
+    got = frames(CHAT_PATH, body, include_usage=True)
+    assert got[-1] == b"[DONE]"
+    chunks = got[:-1]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert {c["id"] for c in chunks} == {body["id"]}
+    deltas = [c["choices"][0]["delta"] for c in chunks[:-1]]
+    assert deltas == [{"role": "assistant", "content": ""}, {"reasoning": "2+2=4"},
+                      {"content": "4"}, {}]
+    assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]] == [None, None, None, "stop"]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == body["usage"]
+
+
+def test_no_usage_chunk_unless_asked() -> None:
+    got = frames(CHAT_PATH, chat_response("4"), include_usage=False)
+    assert all(c == b"[DONE]" or "usage" not in c for c in got)
+
+
+def test_each_choice_is_streamed_under_its_index() -> None:
+    got = frames(CHAT_PATH, chat_response("a", "b"), include_usage=False)[:-1]
+    by_index: dict[int, list[Any]] = {}
+    for c in got:
+        by_index.setdefault(c["choices"][0]["index"], []).append(c["choices"][0])
+    assert by_index[0][0]["delta"]["role"] == "assistant"
+    assert by_index[1][0]["delta"]["role"] == "assistant"
+    assert by_index[1][1]["delta"] == {"content": "b"}
+
+
+def test_tool_calls_stream_as_indexed_deltas() -> None:
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "add", "arguments": "{\"a\": 1}"}}
+    body = chat_response(None, tool_calls=[call], finish="tool_calls")
+    got = frames(CHAT_PATH, body, include_usage=False)[:-1]
+    deltas = [c["choices"][0]["delta"] for c in got]
+    assert {"tool_calls": [{**call, "index": 0}]} in deltas
+    assert got[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_completion_stream_framing_keeps_logprobs() -> None:
+    body = completion_response(" Paris")
+    body["choices"][0]["logprobs"] = {"tokens": [" Paris"], "token_logprobs": [-0.1],
+                                      "top_logprobs": None, "text_offset": [0]}
+    got = frames(COMPLETION_PATH, body, include_usage=True)
+    assert got[0]["object"] == "text_completion"
+    assert got[0]["choices"][0]["text"] == " Paris"
+    assert got[0]["choices"][0]["logprobs"] == body["choices"][0]["logprobs"]
+    assert got[1]["choices"][0]["finish_reason"] == "stop"
+    assert got[2]["usage"] == body["usage"]
+    assert got[3] == b"[DONE]"
