@@ -6,12 +6,15 @@ import logging
 import sys
 from collections.abc import Callable
 from dataclasses import MISSING
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 import click
+import orjson
 
-from . import server
+from . import inspection, server
 from .errors import LoadError
+from .loader import load
 from .settings import SETTINGS, Settings, envvar, flag
 
 F = Callable[..., Any]
@@ -42,7 +45,7 @@ def settings_options(command: F) -> F:
     return command
 
 
-def _fail(error: Exception) -> None:
+def _fail(error: Exception) -> NoReturn:
     _say(f"error: {error}")
     sys.exit(2)
 
@@ -74,6 +77,50 @@ def serve(paths: tuple[str, ...], **options: Any) -> None:
         _fail(error)
     except KeyboardInterrupt:
         _say("replay-server: stopped")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--skip-bad-lines", is_flag=True,
+              help="Report bad lines instead of stopping at the first one (exit status 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def inspect(paths: tuple[str, ...], skip_bad_lines: bool, as_json: bool) -> None:
+    """Show what `serve PATHS` would serve, without serving.
+
+    Per source file and model: records loaded, rows skipped and why (with examples),
+    ambiguous and unusable prompts, samples per instance. Exits 2 on a bad saved file,
+    1 when --skip-bad-lines skipped some lines, else 0.
+    """
+    try:
+        report = inspection.summary(load(paths, skip_bad_lines=skip_bad_lines))
+    except LoadError as error:
+        _fail(error)
+    if as_json:
+        click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+    else:
+        click.echo("\n".join(inspection.render(report)))
+    sys.exit(1 if report["bad_lines"] else 0)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The native JSONL file to write (replaced whole, never half-written).")
+@click.option("--skip-bad-lines", is_flag=True,
+              help="Leave out lines that cannot be read, and report them, instead of stopping.")
+def convert(paths: tuple[str, ...], output: Path, skip_bad_lines: bool) -> None:
+    """Write every saved exchange in PATHS as replay-server records (one JSONL file).
+
+    `serve OUTPUT` then answers exactly as `serve PATHS` does.
+    """
+    try:
+        count, ctx = inspection.convert(paths, output, skip_bad_lines=skip_bad_lines)
+    except LoadError as error:
+        _fail(error)
+    _say(f"wrote {count} records to {output}")
+    for bad in ctx.bad_lines:
+        _say(f"  bad line left out: {bad}")
+    sys.exit(1 if ctx.bad_lines else 0)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""Paths on the command line -> native records, through whichever reader claims each file.
+"""Paths on the command line -> native records -> an index, with progress and a report.
+
+Records come through whichever reader claims each file.
 
 Each command-line argument is one group: a directory is walked recursively (hidden files
 skipped, symlinks followed once, loops cut) in sorted order, so that saved order is stable;
@@ -10,12 +12,19 @@ Saved files are only ever opened for reading.
 from __future__ import annotations
 
 import os
+import sys
+import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
 
 from .errors import LoadError
 from .formats import READERS, LoadContext, Reader
+from .index import Builder, Index, prompt_of
 from .records import Record
 
 HEAD_LIMIT = 1 << 20
@@ -111,3 +120,71 @@ def read(planned: Plan, ctx: LoadContext) -> Iterator[Record]:
     for group in planned.groups:
         for reader, files in group:
             yield from reader.read(files, ctx)
+
+
+def progress_bar(total: int, what: str, enabled: bool) -> tqdm[Any]:
+    """A byte progress bar on stderr, shown only on a terminal and after half a second."""
+    return tqdm(total=total, unit="B", unit_scale=True, desc=what, delay=0.5, leave=False,
+                disable=not (enabled and sys.stderr.isatty()))
+
+
+@dataclass
+class Loaded:
+    index: Index
+    plan: Plan
+    ctx: LoadContext
+    seconds: float
+    examples: dict[str, Record] = field(default_factory=dict)
+    per_file: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def saved_prompts(self, model: str) -> Iterator[tuple[dict[str, Any], str]]:
+        """Every saved prompt of a model, read again from the files (for miss diagnostics)."""
+        ctx = LoadContext(skip_bad_lines=True)
+        for record in read(self.plan, ctx):
+            if record.model == model:
+                yield prompt_of(record), record.where
+
+
+def load(paths: Sequence[str | Path], *, skip_bad_lines: bool = False,
+         aliases: dict[str, str] | None = None, progress: bool = True) -> Loaded:
+    """Read every saved file into an index. Raises LoadError on the first bad line unless
+    `skip_bad_lines`, in which case the returned context lists what was skipped."""
+    start = time.perf_counter()
+    planned = plan(paths)
+    bar = progress_bar(planned.total_bytes, "loading", progress)
+    ctx = LoadContext(skip_bad_lines=skip_bad_lines, on_progress=bar.update)
+    builder = Builder()
+    per_file: Counter[tuple[str, str]] = Counter()
+    examples: dict[str, Record] = {}
+    try:
+        for record in read(planned, ctx):
+            builder.add(record)
+            per_file[(str(record.source.get("file")), record.model)] += 1
+            if record.response is not None:
+                examples.setdefault(record.endpoint, record)
+    finally:
+        bar.close()
+    index = builder.build(aliases)
+    return Loaded(index, planned, ctx, time.perf_counter() - start, examples, per_file)
+
+
+def report_lines(loaded: Loaded) -> list[str]:
+    """What was loaded, skipped and ignored, in lines for a human."""
+    runs = loaded.index.models.values()
+    lines = [f"loaded {sum(r.records for r in runs)} saved exchanges "
+             f"({sum(len(r.entries) for r in runs)} prompts) for {len(loaded.index.models)} "
+             f"model(s) from {len(loaded.plan.files)} file(s) in {loaded.seconds:.2f}s"]
+    for run in sorted(runs, key=lambda r: r.name):
+        lines.append(f"  model {run.name}: {run.records} exchanges, {len(run.entries)} prompts, "
+                     f"{run.samples} samples, {run.unusable_records} unusable")
+    for reason, count in sorted(loaded.ctx.skipped.items()):
+        examples = ", ".join(loaded.ctx.skipped_examples.get(reason, []))
+        lines.append(f"  skipped {count} row(s): {reason} (e.g. {examples})")
+    for error in loaded.ctx.bad_lines[:10]:
+        lines.append(f"  bad line skipped: {error}")
+    if len(loaded.ctx.bad_lines) > 10:
+        lines.append(f"  ... and {len(loaded.ctx.bad_lines) - 10} more bad lines")
+    if loaded.plan.ignored:
+        lines.append(f"  ignored {len(loaded.plan.ignored)} file(s) in no known format "
+                     f"(e.g. {loaded.plan.ignored[0]})")
+    return lines

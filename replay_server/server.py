@@ -1,86 +1,19 @@
-"""Load saved runs into an index (with progress and a report) and serve it with uvicorn."""
+"""Serve a loaded index with uvicorn, and tell the user where to point clients."""
 
 from __future__ import annotations
 
 import shlex
 import socket
-import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import orjson
 import uvicorn
-from tqdm import tqdm
 
-from . import loader
 from .app import create_app
-from .formats import LoadContext
-from .index import Builder, Index, prompt_of
-from .records import CHAT_PATH, Record
+from .loader import Loaded, load, report_lines
+from .records import CHAT_PATH
 from .settings import Settings
-
-
-@dataclass
-class Loaded:
-    index: Index
-    plan: loader.Plan
-    ctx: LoadContext
-    seconds: float
-    examples: dict[str, Record] = field(default_factory=dict)
-
-    def saved_prompts(self, model: str) -> Iterator[tuple[dict[str, Any], str]]:
-        """Every saved prompt of a model, read again from the files (for miss diagnostics)."""
-        ctx = LoadContext(skip_bad_lines=True)
-        for record in loader.read(self.plan, ctx):
-            if record.model == model:
-                yield prompt_of(record), record.where
-
-
-def load(paths: Sequence[str | Path], *, skip_bad_lines: bool = False,
-         aliases: dict[str, str] | None = None, progress: bool = True) -> Loaded:
-    """Read every saved file into an index. Raises LoadError on the first bad line unless
-    `skip_bad_lines`, in which case the returned context lists what was skipped."""
-    start = time.perf_counter()
-    planned = loader.plan(paths)
-    bar = tqdm(total=planned.total_bytes, unit="B", unit_scale=True, desc="loading",
-               delay=0.5, leave=False, disable=not (progress and sys.stderr.isatty()))
-    ctx = LoadContext(skip_bad_lines=skip_bad_lines, on_progress=bar.update)
-    builder = Builder()
-    examples: dict[str, Record] = {}
-    try:
-        for record in loader.read(planned, ctx):
-            builder.add(record)
-            if record.response is not None:
-                examples.setdefault(record.endpoint, record)
-    finally:
-        bar.close()
-    index = builder.build(aliases)
-    return Loaded(index, planned, ctx, time.perf_counter() - start, examples)
-
-
-def report_lines(loaded: Loaded) -> list[str]:
-    """What was loaded, skipped and ignored, in lines for a human."""
-    runs = loaded.index.models.values()
-    lines = [f"loaded {sum(r.records for r in runs)} saved exchanges "
-             f"({sum(len(r.entries) for r in runs)} prompts) for {len(loaded.index.models)} "
-             f"model(s) from {len(loaded.plan.files)} file(s) in {loaded.seconds:.2f}s"]
-    for run in sorted(runs, key=lambda r: r.name):
-        lines.append(f"  model {run.name}: {run.records} exchanges, {len(run.entries)} prompts, "
-                     f"{run.samples} samples, {run.unusable_records} unusable")
-    for reason, count in sorted(loaded.ctx.skipped.items()):
-        examples = ", ".join(loaded.ctx.skipped_examples.get(reason, []))
-        lines.append(f"  skipped {count} row(s): {reason} (e.g. {examples})")
-    for error in loaded.ctx.bad_lines[:10]:
-        lines.append(f"  bad line skipped: {error}")
-    if len(loaded.ctx.bad_lines) > 10:
-        lines.append(f"  ... and {len(loaded.ctx.bad_lines) - 10} more bad lines")
-    if loaded.plan.ignored:
-        lines.append(f"  ignored {len(loaded.plan.ignored)} file(s) in no known format "
-                     f"(e.g. {loaded.plan.ignored[0]})")
-    return lines
 
 
 def snippet_lines(loaded: Loaded, base_url: str) -> list[str]:

@@ -16,8 +16,8 @@ import uvicorn
 
 from replay_server import index as index_mod
 from replay_server.app import create_app
+from replay_server.loader import Loaded, load
 from replay_server.records import CHAT_PATH, COMPLETION_PATH, Record, validate
-from replay_server.server import Loaded, load
 from replay_server.settings import Settings
 
 MODEL = "test/model"

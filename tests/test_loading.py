@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from replay_server import errors
+from replay_server.loader import load
 from replay_server.records import CHAT_PATH, COMPLETION_PATH
-from replay_server.server import load
 
 from .support import MODEL, chat_record, chat_response, user, write_jsonl
 
