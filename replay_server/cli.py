@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 import click
 import orjson
 
-from . import inspection, server
+from . import inspection, runner, server
 from .errors import LoadError
 from .loader import load
 from .settings import SETTINGS, Settings, envvar, flag
@@ -24,11 +24,17 @@ def _say(line: str) -> None:
     click.echo(line, err=True)
 
 
-def settings_options(command: F) -> F:
-    """One click option per Settings field: flag, type, default, help and env variable."""
+def settings_options(**defaults: Any) -> Callable[[F], F]:
+    """One click option per Settings field: flag, type, default, help and env variable.
+    `defaults` overrides a field's default for one command."""
+    return lambda command: _add_settings_options(command, defaults)
+
+
+def _add_settings_options(command: F, defaults: dict[str, Any]) -> F:
     for setting in reversed(SETTINGS):
         meta = setting.metadata
-        default = setting.default if setting.default is not MISSING else None
+        default = defaults.get(setting.name, setting.default)
+        default = default if default is not MISSING else None
         kwargs: dict[str, Any] = {"help": meta["help"], "envvar": envvar(setting.name),
                                   "show_envvar": True}
         if setting.type == "bool":
@@ -45,6 +51,17 @@ def settings_options(command: F) -> F:
     return command
 
 
+def _settings(options: dict[str, Any]) -> Settings:
+    """Settings from parsed options, with logging set up as they say."""
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, tuple | list) else v
+                              for k, v in options.items()}
+    settings = Settings(**values)
+    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    return settings
+
+
 def _fail(error: Exception) -> NoReturn:
     _say(f"error: {error}")
     sys.exit(2)
@@ -59,18 +76,14 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@settings_options
+@settings_options()
 def serve(paths: tuple[str, ...], **options: Any) -> None:
     """Serve the saved runs in PATHS (files or directories) over the OpenAI API.
 
     Reads replay-server records (.jsonl) and OpenAI Batch input + output files. Point any
     harness at it with OPENAI_BASE_URL=http://HOST:PORT/v1.
     """
-    values: dict[str, Any] = {k: tuple(v) if isinstance(v, tuple | list) else v
-                              for k, v in options.items()}
-    settings = Settings(**values)
-    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = _settings(options)
     try:
         server.serve(paths, settings, _say)
     except (LoadError, ValueError, OSError) as error:
@@ -121,6 +134,73 @@ def convert(paths: tuple[str, ...], output: Path, skip_bad_lines: bool) -> None:
     for bad in ctx.bad_lines:
         _say(f"  bad line left out: {bad}")
     sys.exit(1 if ctx.bad_lines else 0)
+
+
+@main.command()
+@click.option("--upstream", required=True, envvar="REPLAY_SERVER_UPSTREAM", show_envvar=True,
+              help="Base URL of the OpenAI-compatible server to record (with or without /v1).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="JSONL file the exchanges are appended to (created if missing).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8001, show_default=True, help="Port (0 picks a free one).")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]), help="Log level.")
+def record(upstream: str, out: Path, host: str, port: int, log_level: str) -> None:
+    """Record a run through a proxy: forward to UPSTREAM, save every exchange to OUT.
+
+    Point the harness at the printed URL. Each answered request is appended to OUT as a
+    replay-server record, on disk before the client sees the end of the answer; upstream
+    errors and broken streams pass through unrecorded. `serve OUT` replays the run.
+    """
+    _settings({"log_level": log_level})
+    try:
+        server.record(upstream, out, host, port, log_level, _say)
+    except (LoadError, OSError) as error:
+        _fail(error)
+    except KeyboardInterrupt:
+        pass
+
+
+class _CommandAfterDashes(click.Command):
+    """Takes everything after `--` as the command to run, untouched by option parsing."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            ctx.meta["command"] = args[at + 1:]
+            args = args[:at]
+        return super().parse_args(ctx, args)
+
+
+@main.command(cls=_CommandAfterDashes)
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--require-all", is_flag=True,
+              help="Also fail (exit 4) when saved generations were never asked for.")
+@click.option("--stop-on-miss", is_flag=True,
+              help="Stop COMMAND at the first request that gets no saved generation.")
+@settings_options(port=0)
+@click.pass_context
+def run(ctx: click.Context, /, paths: tuple[str, ...], require_all: bool, stop_on_miss: bool,
+        **options: Any) -> None:
+    """Serve PATHS, run a harness against it, and fail the run on any miss.
+
+    Usage: replay-server run PATHS... [OPTIONS] -- COMMAND [ARGS...]
+
+    COMMAND runs with OPENAI_BASE_URL and OPENAI_API_BASE set to the server and a dummy
+    OPENAI_API_KEY. Afterwards a report lists answers, misses with their reason and nearest
+    saved prompt, and saved generations never asked for. Exit status: COMMAND's own if it
+    failed; 3 if any request missed; 4 with --require-all if saved samples went unused.
+    """
+    command = ctx.meta.get("command") or []
+    if not command:
+        raise click.UsageError("give the command to run after `--`")
+    settings = _settings(options)
+    try:
+        code = runner.run(paths, settings, command, require_all=require_all,
+                          stop_on_miss=stop_on_miss, say=_say)
+    except (LoadError, ValueError, OSError) as error:
+        _fail(error)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

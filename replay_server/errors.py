@@ -54,6 +54,7 @@ class ReplayServerError(Exception):
         super().__init__(message)
         self.message = message
         self.param = param
+        self.detail: dict[str, Any] = {}
 
     def __str__(self) -> str:
         return self.message

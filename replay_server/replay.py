@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import ChainMap, Counter, deque
+from collections import ChainMap
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,10 +21,11 @@ from urllib.parse import quote
 import orjson
 
 from . import keys, protocol, responses
-from .errors import NoMatch, ReplayError
-from .index import Index, ModelRun, Rules, Selection, choose
+from .errors import NoMatch, ReplayError, ReplayServerError
+from .index import Entry, Index, ModelRun, Rules, Selection, choose
 from .nearest import Catalog, first_difference
 from .records import CHAT_PATH
+from .stats import Stats
 
 log = logging.getLogger(__name__)
 
@@ -52,30 +53,33 @@ class Replayer:
         self.index = index
         self.rules = rules
         self._prompts = prompts
-        self._catalogs: dict[str, Catalog] = {}
+        self._catalogs: dict[tuple[str, str], Catalog] = {}
         self._catalog_lock = threading.Lock()
         self.cursors: dict[Any, int] = {}
-        self.counts: dict[str, Counter[str]] = {name: Counter() for name in index.models}
-        self.misses: deque[dict[str, Any]] = deque(maxlen=100)
+        self.stats = Stats(index)
         self.started = time.time()
 
     def reset(self) -> None:
         """Forget every cursor and counter, as if the server had just started."""
         self.cursors.clear()
-        self.misses.clear()
-        for counter in self.counts.values():
-            counter.clear()
+        self.stats.reset()
 
     def handle(self, endpoint: str, body: bytes) -> Reply:
         """The reply to one request, or a ReplayServerError (rendered by the caller)."""
-        request = protocol.parse(endpoint, body)
-        run = self.index.run(request.model)
+        try:
+            request = protocol.parse(endpoint, body)
+            run = self.index.run(request.model)
+        except ReplayServerError as error:
+            self._log(None, endpoint, error)
+            raise
         moves: list[tuple[Any, int]] = []
-        selections = [self._select(run, request, i, prompt, moves)
-                      for i, prompt in enumerate(request.prompts)]
+        chosen = [self._select(run, request, i, prompt, moves)
+                  for i, prompt in enumerate(request.prompts)]
         for cursor_key, value in moves:
             self.cursors[cursor_key] = value
-        self.counts[run.name]["hits"] += len(selections)
+        for entry, selection in chosen:
+            self.stats.hit(run.name, entry, selection)
+        selections = [selection for _, selection in chosen]
         headers = [(SOURCE_HEADER, _header_value(selections[0][0][0].where))]
         if not request.stream:
             body = responses.encode(selections)
@@ -86,7 +90,8 @@ class Replayer:
                      stream=responses.chunks(endpoint, full, request.include_usage))
 
     def _select(self, run: ModelRun, request: protocol.ReplayRequest, i: int,
-                prompt: dict[str, Any], moves: list[tuple[Any, int]]) -> Selection:
+                prompt: dict[str, Any], moves: list[tuple[Any, int]]
+                ) -> tuple[Entry, Selection]:
         key = keys.key_of(prompt)
         try:
             entry = run.entries.get(key)
@@ -96,65 +101,62 @@ class Replayer:
             selection, move = choose(entry, request.n, request.params, self.rules,
                                      cursors, (run.name, key))
         except ReplayError as error:
-            self._count_error(run.name, request, i, error)
+            if len(request.prompts) > 1:
+                error.message = f"prompt {i} of {len(request.prompts)}: {error.message}"
+            self._log(run.name, request.endpoint, error)
             raise
         if move is not None:
             moves.append(move)
-        return selection
+        return entry, selection
 
-    def _count_error(self, model: str, request: protocol.ReplayRequest, i: int,
-                     error: ReplayError) -> None:
-        if len(request.prompts) > 1:
-            error.message = f"prompt {i} of {len(request.prompts)}: {error.message}"
-        self.counts[model][str(error.code)] += 1
-        self.misses.append({"time": time.time(), "model": model, "endpoint": request.endpoint,
-                            "code": error.code, "message": error.message})
-        log.warning("replay error %s model=%s %s: %s", error.code, model, request.endpoint,
-                    error.message.replace("\n", " "))
+    def _log(self, model: str | None, endpoint: str, error: ReplayServerError) -> None:
+        """Count and log, once, a request that gets no saved generation."""
+        self.stats.error(model, endpoint, error, **error.detail)
+        level = logging.INFO if error.status == 400 else logging.WARNING
+        log.log(level, "replay error %s model=%s %s: %s", error.code or error.status, model,
+                endpoint, error.message.replace("\n", " "))
 
     def _no_match(self, model: str, request: protocol.ReplayRequest,
                   prompt: dict[str, Any]) -> NoMatch:
         what = "messages" if request.endpoint == CHAT_PATH else "prompt"
         message = f"no saved generation for this prompt (model `{model}`, {request.endpoint})."
-        found = self.catalog(model).nearest(prompt)
+        found = self.catalog(model, prompt["kind"]).nearest(prompt)
+        detail: dict[str, Any] = {"nearest": None, "difference": None}
         if found is None:
             message += f" Model `{model}` has no saved prompt for this endpoint."
         else:
             saved, where = found
-            message += (f" Nearest saved prompt: {where}; first difference: "
-                        f"{first_difference(prompt, saved)}.")
+            difference = first_difference(prompt, saved)
+            detail = {"nearest": where, "difference": difference}
+            message += f" Nearest saved prompt: {where}; first difference: {difference}."
         message += (" Check that the harness, task, prompt template and chat template match "
                     "the saved run; `replay-server inspect` lists what is saved.")
-        return NoMatch(message, param=what)
+        error = NoMatch(message, param=what)
+        error.detail = detail
+        return error
 
-    def catalog(self, model: str) -> Catalog:
-        """The saved prompts of a model, sorted for nearest-prompt search; built on demand."""
+    def catalog(self, model: str, kind: str) -> Catalog:
+        """The saved prompts of one model and endpoint kind, sorted for nearest-prompt
+        search; built on the first miss that needs them."""
         with self._catalog_lock:
-            catalog = self._catalogs.get(model)
+            catalog = self._catalogs.get((model, kind))
             if catalog is None:
                 saved = self._prompts(model) if self._prompts is not None else ()
-                catalog = self._catalogs[model] = Catalog.build(saved)
+                catalog = Catalog.build((p, w) for p, w in saved if p["kind"] == kind)
+                self._catalogs[(model, kind)] = catalog
             return catalog
 
     def models_body(self) -> bytes:
         return orjson.dumps(protocol.models_body(sorted(self.index.models), int(self.started)))
 
     def status(self) -> dict[str, Any]:
-        models = {}
-        for name, run in self.index.models.items():
-            models[name] = {
-                "records": run.records,
-                "prompts": len(run.entries),
-                "samples": run.samples,
-                "unusable_records": run.unusable_records,
-                **{k: self.counts[name][k] for k in _STATUS_COUNTS},
-            }
+        outcomes = self.stats.per_model()
+        models = {name: {"records": run.records, "prompts": len(run.entries),
+                         "samples": run.samples, "unusable_records": run.unusable_records,
+                         **outcomes[name]}
+                  for name, run in self.index.models.items()}
         totals = {k: sum(m[k] for m in models.values())
-                  for k in ("records", "prompts", "samples", "unusable_records", *_STATUS_COUNTS)}
+                  for k in next(iter(models.values()), {})}
         return {"key_version": keys.KEY_VERSION, "uptime_s": round(time.time() - self.started, 3),
-                "models": models, "totals": totals,
+                "models": models, "totals": totals, "rejected": dict(self.stats.rejected),
                 "aliases": self.index.aliases}
-
-
-_STATUS_COUNTS = ("hits", "replay_no_match", "replay_unusable", "replay_ambiguous",
-                  "replay_n_mismatch", "replay_exhausted", "replay_params_mismatch")

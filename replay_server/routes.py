@@ -33,9 +33,16 @@ async def models(request: Request) -> Response:
     return _json(_replayer(request).models_body())
 
 
-@router.get("/replay/status", summary="Records loaded per model, and replay outcome counts")
+@router.get("/replay/status",
+            summary="Per model: records loaded, answers, each replay error, unused samples")
 async def status(request: Request) -> Response:
     return _json(orjson.dumps(_replayer(request).status()))
+
+
+@router.get("/replay/misses", summary="Recent requests that got no saved generation, newest "
+            "last, with the nearest saved prompt and where they first differ")
+async def misses(request: Request) -> Response:
+    return _json(orjson.dumps({"misses": list(_replayer(request).stats.misses)}))
 
 
 @router.post("/replay/reset", summary="Forget cursors and counters, as if just started")

@@ -6,12 +6,14 @@ import shlex
 import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 import uvicorn
 
 from .app import create_app
 from .loader import Loaded, load, report_lines
+from .record import Recorder, RecordWriter, create_record_app
 from .records import CHAT_PATH
 from .settings import Settings
 
@@ -43,16 +45,44 @@ def serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str], 
     for line in report_lines(loaded):
         say(line)
     app = create_app(settings, loaded.index, loaded.saved_prompts)
-    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.host, settings.port))
-    sock.listen(2048)
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    base_url = f"http://{shown}:{port}/v1"
+    sock, base_url = bind(settings.host, settings.port)
     say(f"replay-server: ready on {base_url}")
     for line in snippet_lines(loaded, base_url):
         say(line)
-    config = uvicorn.Config(app, log_level=settings.log_level, access_log=settings.access_log,
+    run_uvicorn(app, sock, settings.log_level, settings.access_log)
+
+
+def bind(host: str, port: int) -> tuple[socket.socket, str]:
+    """A listening socket (port 0 picks a free one) and the /v1 base URL it serves."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    return sock, f"http://{shown}:{bound_port}/v1"
+
+
+def run_uvicorn(app: Any, sock: socket.socket, log_level: str, access_log: bool) -> None:
+    """Serve until SIGINT or SIGTERM; in-flight requests are drained first."""
+    config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=30)
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def record(upstream: str, out: Path, host: str, port: int, log_level: str,
+           say: Callable[[str], None]) -> None:
+    """Run the recording proxy until interrupted, then say what was recorded."""
+    writer = RecordWriter(out)
+    if writer.set_aside is not None:
+        say(f"warning: {out} ended with a cut line (a crash?); moved it to {writer.set_aside}")
+    recorder = Recorder(upstream, writer)
+    sock, base_url = bind(host, port)
+    say(f"replay-server record: forwarding to {recorder.upstream}, saving to {out}")
+    say(f"replay-server record: ready on {base_url}")
+    say(f"  export OPENAI_BASE_URL={base_url}")
+    try:
+        run_uvicorn(create_record_app(recorder), sock, log_level, False)
+    finally:
+        writer.close()
+        say(recorder.summary())

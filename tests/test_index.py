@@ -57,7 +57,7 @@ def test_an_unsaved_prompt_is_a_miss_naming_the_nearest_prompt() -> None:
         ask(r, "What is 2+3?")
     assert "saved.jsonl:1" in e.value.message
     assert "message 0 (user), character 10" in e.value.message
-    assert r.counts[MODEL]["replay_no_match"] == 1
+    assert r.stats.counts[MODEL]["replay_no_match"] == 1
 
 
 def test_identical_saved_samples_serve_n1_any_number_of_times() -> None:
@@ -94,7 +94,7 @@ def test_n1_calls_get_saved_samples_in_order_then_exhausted() -> None:
     assert [texts(ask(r, "q"))[0] for _ in range(3)] == ["a", "b", "c"]
     with pytest.raises(errors.Exhausted, match="all 3 saved samples"):
         ask(r, "q")
-    assert r.counts[MODEL]["replay_exhausted"] == 1
+    assert r.stats.counts[MODEL]["replay_exhausted"] == 1
 
 
 def test_an_n_request_does_not_move_the_cursor() -> None:

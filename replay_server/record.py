@@ -1,0 +1,308 @@
+"""The recording proxy: forwards to any OpenAI-compatible server and saves each exchange.
+
+    client -> recorder -> upstream (vLLM, llama.cpp, OpenAI, ...)
+
+- `/v1/chat/completions` and `/v1/completions` are forwarded with the client's headers
+  (Authorization included; it is never written down) and their answers saved as native
+  records; `/v1/models` is forwarded only.
+- A stream passes through chunk by chunk as it arrives, while `sse.StreamAggregator`
+  rebuilds the body the server would have sent unstreamed.
+- An exchange is appended as whole lines, flushed and fsynced *before* the client sees its
+  end (the response body, or a stream's `data: [DONE]`): an exchange a client has seen
+  complete survives a SIGKILL, and concurrent exchanges never interleave within a line.
+- Upstream errors, streams that fail or are abandoned, and answers that do not parse pass
+  through untouched and are only counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from . import errors
+from .errors import LoadError
+from .records import (
+    CHAT_PATH,
+    COMPLETION_PATH,
+    ENDPOINTS,
+    MARKER,
+    RECORD_VERSION,
+    dump_line,
+    split_batch,
+    strip_transport,
+    validate,
+)
+from .sse import StreamAggregator, StreamError
+
+log = logging.getLogger(__name__)
+
+# Hop-by-hop and framing headers: recomputed per connection, never forwarded.
+_HOP = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "content-length",
+                  "te", "trailer", "upgrade", "proxy-authorization", "proxy-connection",
+                  "accept-encoding", "content-encoding"})
+
+
+def _forward_headers(headers: Any) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in _HOP}
+
+
+class RecordWriter:
+    """Appends whole lines to one file, fsynced, with group commit across requests."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise LoadError(str(path), None, "another recorder is writing this file") from None
+        self.set_aside = self._set_aside_torn_tail()
+        self._pending: list[tuple[bytes, asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    def _set_aside_torn_tail(self) -> Path | None:
+        """A crash can leave a last line with no newline: that exchange was never
+        acknowledged. Move it to a side file (nothing is lost) so appends start clean."""
+        size = os.fstat(self.fd).st_size
+        if size == 0:
+            return None
+        with self.path.open("rb") as f:
+            data = f.read()
+        if data.endswith(b"\n"):
+            return None
+        keep = data.rfind(b"\n") + 1
+        aside = self.path.with_name(f"{self.path.name}.torn-{int(time.time())}")
+        aside.write_bytes(data[keep:])
+        os.ftruncate(self.fd, keep)
+        os.fsync(self.fd)
+        return aside
+
+    async def append(self, data: bytes) -> None:
+        """Returns once `data` is on disk."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((data, done))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush())
+        await done
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await asyncio.to_thread(self._write, b"".join(d for d, _ in batch))
+            except OSError as e:
+                for _, done in batch:
+                    done.set_exception(e)
+            else:
+                for _, done in batch:
+                    done.set_result(None)
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
+                upstream: str) -> bytes:
+    """The native record line(s) of one exchange (a batched completion: one per prompt)."""
+    request = strip_transport(request)
+    model = request.get("model") or response.get("model")
+    source = {"harness": "replay-server record", "upstream": upstream,
+              "time": round(time.time(), 3)}
+    parts = split_batch(request, response) if path == COMPLETION_PATH else [(request, response)]
+    lines = []
+    for part_request, part_response in parts:
+        record = validate({MARKER: RECORD_VERSION, "endpoint": path, "model": model,
+                           "request": part_request, "response": part_response,
+                           "source": source}, "(recording)", None)
+        record.source = source  # file and line are where the reader finds the line
+
+        lines.append(dump_line(record))
+    return b"".join(lines)
+
+
+class Recorder:
+    def __init__(self, upstream: str, writer: RecordWriter) -> None:
+        self.upstream = upstream.rstrip("/").removesuffix("/v1")
+        self.writer = writer
+        self.counts: Counter[str] = Counter()
+        self.client = httpx.AsyncClient(base_url=self.upstream, timeout=httpx.Timeout(
+            None, connect=10.0))
+
+    def summary(self) -> str:
+        c = self.counts
+        return (f"recorded {c['recorded']} exchanges ({c['records']} records) to "
+                f"{self.writer.path}; upstream errors: {c['upstream_error']}, aborted or "
+                f"failed streams: {c['aborted']}, not recordable: {c['unrecordable']}")
+
+    async def _save(self, path: str, request: dict[str, Any], response: dict[str, Any]) -> None:
+        try:
+            lines = records_for(path, request, response, self.upstream)
+        except (LoadError, ValueError) as e:
+            self.counts["unrecordable"] += 1
+            log.warning("not recorded (%s): %s", path, e)
+            return
+        await self.writer.append(lines)
+        self.counts["recorded"] += 1
+        self.counts["records"] += lines.count(b"\n")
+
+    async def forward(self, request: Request) -> Response:
+        path = request.url.path
+        body = await request.body()
+        headers = _forward_headers(request.headers)
+        parsed = _json_object(body)
+        try:
+            upstream = self.client.build_request(request.method, path, content=body,
+                                                 headers=headers, params=request.query_params)
+            reply = await self.client.send(upstream, stream=True)
+        except httpx.HTTPError as e:
+            self.counts["upstream_error"] += 1
+            return _unreachable(self.upstream, e)
+        out_headers = _forward_headers(reply.headers)
+        recordable = path in ENDPOINTS and parsed is not None and reply.status_code == 200
+        if not recordable:
+            if path in ENDPOINTS:
+                self.counts["upstream_error" if reply.status_code != 200 else "unrecordable"] += 1
+            content = await reply.aread()
+            await reply.aclose()
+            return Response(content, reply.status_code, out_headers)
+        assert parsed is not None
+        if parsed.get("stream") is True:
+            return _Relay(self, path, parsed, reply, out_headers)
+        content = await reply.aread()
+        await reply.aclose()
+        answer = _json_object(content)
+        if answer is None:
+            self.counts["unrecordable"] += 1
+        else:
+            await self._save(path, parsed, answer)
+        return Response(content, reply.status_code, out_headers)
+
+    async def save_stream(self, path: str, request: dict[str, Any],
+                          aggregator: StreamAggregator) -> bool:
+        """Save a finished stream; once begun, the save completes even if cancelled."""
+        try:
+            response = aggregator.result()
+        except StreamError as e:
+            log.warning("stream not recorded (%s): %s", path, e)
+            return False
+        await asyncio.shield(self._save(path, request, response))
+        return True
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+class _Relay(Response):
+    """Passes an upstream stream through chunk by chunk, as it arrives, and saves it before
+    `data: [DONE]` goes out, unless the stream broke or the client left before its end."""
+
+    def __init__(self, recorder: Recorder, path: str, request: dict[str, Any],
+                 reply: httpx.Response, headers: dict[str, str]) -> None:
+        # Not Response.__init__: that would add a content-length to a stream.
+        self.status_code = reply.status_code
+        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+                            for k, v in headers.items()]
+        self.background = None
+        self.recorder, self.path, self.request, self.reply = recorder, path, request, reply
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gone = asyncio.Event()
+        watcher = asyncio.create_task(_watch_disconnect(receive, gone))
+        aggregator = StreamAggregator(self.path == CHAT_PATH)
+        saved = broken = False
+        try:
+            await send({"type": "http.response.start", "status": self.status_code,
+                        "headers": self.raw_headers})
+            async for chunk in self.reply.aiter_raw():
+                if not (saved or broken):
+                    try:
+                        if aggregator.feed(chunk) and not gone.is_set():
+                            saved = await self.recorder.save_stream(self.path, self.request,
+                                                                    aggregator)
+                            broken = not saved
+                    except StreamError as e:
+                        log.warning("stream not recorded (%s): %s", self.path, e)
+                        broken = True
+                if gone.is_set():
+                    break
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            else:
+                await send({"type": "http.response.body", "body": b""})
+        except (OSError, httpx.HTTPError) as e:
+            log.warning("stream relay broken (%s): %s: %s", self.path, type(e).__name__, e)
+        finally:
+            watcher.cancel()
+            await self.reply.aclose()
+            if not saved:
+                self.recorder.counts["aborted"] += 1
+
+
+async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _unreachable(upstream: str, error: Exception) -> Response:
+    """502 in the OpenAI envelope. Unlike a replay error, retrying this can succeed, so it
+    does not say `x-should-retry: false`."""
+    body = errors.ReplayServerError(f"the recorder could not reach the upstream server "
+                                    f"{upstream}: {type(error).__name__}: {error}").body()
+    return Response(orjson.dumps(body), 502, media_type="application/json")
+
+
+def create_record_app(recorder: Recorder) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await recorder.close()
+
+    app = FastAPI(title="replay-server recorder", version="0.1.0", lifespan=lifespan)
+    app.state.recorder = recorder
+
+    async def forward(request: Request) -> Response:
+        return await recorder.forward(request)
+
+    for path in ENDPOINTS:
+        app.add_api_route(path, forward, methods=["POST"], include_in_schema=True)
+    app.add_api_route("/v1/models", forward, methods=["GET"])
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/record/status")
+    async def status() -> Response:
+        return Response(orjson.dumps({**recorder.counts, "file": str(recorder.writer.path)}),
+                        media_type="application/json")
+
+    return app

@@ -1,0 +1,84 @@
+"""What the replay server counts: answers, every replay error, and saved samples never used.
+
+Some harnesses swallow HTTP errors (they score a failed request as an empty answer, or
+retry forever), so every error is also kept here for `/replay/status`, `/replay/misses`
+and the report of `replay-server run`, and can trigger a hook (`run --stop-on-miss`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Any
+
+from .errors import ReplayServerError
+from .index import Entry, Index, Selection
+
+# The codes counted per model, in the order reports show them.
+OUTCOMES = ("hits", "replay_no_match", "replay_unusable", "replay_ambiguous",
+            "replay_n_mismatch", "replay_exhausted", "replay_params_mismatch")
+
+
+class Stats:
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self.counts: dict[str, Counter[str]] = {name: Counter() for name in index.models}
+        self.rejected: Counter[str] = Counter()
+        self.misses: deque[dict[str, Any]] = deque(maxlen=100)
+        self.used: dict[int, set[int]] = {}
+        self.used_samples: Counter[str] = Counter()
+        self.on_error: Callable[[dict[str, Any]], None] | None = None
+
+    def reset(self) -> None:
+        for counter in self.counts.values():
+            counter.clear()
+        self.rejected.clear()
+        self.misses.clear()
+        self.used.clear()
+        self.used_samples.clear()
+
+    def hit(self, model: str, entry: Entry, selection: Selection) -> None:
+        self.counts[model]["hits"] += 1
+        picks: Selection = selection
+        if entry.uniform:  # every sample is the same generation: all of them are used
+            picks = [(e, None) for i in entry.instances for e in i.exchanges]
+        for exchange, choice in picks:
+            used = self.used.setdefault(id(exchange), set())
+            before = len(used)
+            used.update(range(exchange.n) if choice is None else (choice,))
+            self.used_samples[model] += len(used) - before
+
+    def error(self, model: str | None, endpoint: str, error: ReplayServerError,
+              **detail: Any) -> None:
+        """A request the server could not answer from the saved run."""
+        code = str(error.code if error.code is not None else error.status)
+        if model is not None and model in self.counts and code in OUTCOMES:
+            self.counts[model][code] += 1
+        else:
+            self.rejected[code] += 1
+        miss = {"time": round(time.time(), 3), "model": model, "endpoint": endpoint,
+                "code": code, "message": error.message, **detail}
+        self.misses.append(miss)
+        if self.on_error is not None:
+            self.on_error(miss)
+
+    def unused(self, model: str) -> int:
+        return self.index.models[model].samples - self.used_samples[model]
+
+    def unused_examples(self, model: str, limit: int = 5) -> list[str]:
+        """Where some saved samples that no request used came from."""
+        found: list[str] = []
+        for entry in self.index.models[model].entries.values():
+            for instance in entry.instances:
+                for exchange in instance.exchanges:
+                    if len(self.used.get(id(exchange), ())) < exchange.n:
+                        found.append(exchange.where)
+                        if len(found) >= limit:
+                            return found
+        return found
+
+    def per_model(self) -> dict[str, dict[str, int]]:
+        return {name: {**{k: self.counts[name][k] for k in OUTCOMES},
+                       "unused_samples": self.unused(name)}
+                for name in self.index.models}

@@ -1,0 +1,1 @@
+"""A deterministic fake OpenAI-compatible model server, for tests only."""
