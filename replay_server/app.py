@@ -1,7 +1,7 @@
 """create_app(settings, index) -> FastAPI. Nothing stateful at import.
 
 The two replay endpoints are the hot path. They are plain ASGI apps (`ReplayEndpoint`)
-reached through a thin middleware (`FastPath`) ahead of FastAPI's routing, dependency and
+that `ReplayApp` calls first, ahead of FastAPI's middleware, routing, dependency and
 response machinery, which costs several times the replay work itself. They are also
 mounted as routes (so a GET on them is a 405, not a 404) and documented in the OpenAPI
 schema. Everything else is ordinary FastAPI, in `routes.py`. Every error, whichever layer
@@ -19,7 +19,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from . import errors, protocol
 from .errors import BadRequest, PayloadTooLarge, ReplayServerError
@@ -101,20 +101,19 @@ class ReplayEndpoint:
                                f"accepts at most {self.max_body} (--max-body-size)")
 
 
-class FastPath:
-    """Sends POSTs to the replay endpoints straight to them, past FastAPI's routing."""
+class ReplayApp(FastAPI):
+    """A FastAPI app that sends POSTs to the replay endpoints straight to them, ahead of
+    its middleware, routing and response machinery."""
 
-    def __init__(self, app: ASGIApp, endpoints: dict[str, ReplayEndpoint]) -> None:
-        self.app = app
-        self.endpoints = endpoints
+    fast_paths: dict[str, ReplayEndpoint]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
-            endpoint = self.endpoints.get(scope["path"])
+            endpoint = self.fast_paths.get(scope["path"])
             if endpoint is not None:
                 await endpoint(scope, receive, send)
                 return
-        await self.app(scope, receive, send)
+        await super().__call__(scope, receive, send)
 
 
 def _error_response(error: ReplayServerError) -> Response:
@@ -177,8 +176,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 def create_app(settings: Settings, index: Index, prompts: PromptSource | None = None) -> FastAPI:
     """The whole server for one loaded index. `prompts` feeds miss diagnostics."""
     replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous), prompts)
-    app = FastAPI(title="replay-server", version="0.1.0",
-                  description="Replays saved LLM generations over the OpenAI API.")
+    app = ReplayApp(title="replay-server", version="0.1.0",
+                    description="Replays saved LLM generations over the OpenAI API.")
     app.state.replayer = replayer
     app.state.settings = settings
     endpoints = {path: ReplayEndpoint(replayer, path, settings.max_body_size)
@@ -186,7 +185,7 @@ def create_app(settings: Settings, index: Index, prompts: PromptSource | None = 
     for path, endpoint in endpoints.items():
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))
     app.include_router(router)
-    app.add_middleware(FastPath, endpoints=endpoints)
+    app.fast_paths = endpoints
     app.add_exception_handler(HTTPException, _http_exception)
     app.add_exception_handler(ReplayServerError, _replay_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

@@ -41,16 +41,54 @@ from .errors import (
     ParamsMismatch,
     Unusable,
 )
-from .records import CHAT_PATH, Record
+from .records import CHAT_PATH, Record, where_of
+
+
+class Bodies:
+    """Every saved response body of an index, end to end in one buffer.
+
+    A million separately allocated bodies, interleaved with the garbage of parsing them,
+    leave the heap fragmented (RSS well above the bytes kept); one growing buffer does
+    not. Exchanges keep an offset and a length into it.
+    """
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def add(self, body: bytes) -> tuple[int, int]:
+        start = len(self.buffer)
+        self.buffer += body
+        return start, len(body)
+
+    def get(self, start: int, size: int) -> bytes:
+        return bytes(memoryview(self.buffer)[start:start + size])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Bodies) and other.buffer == self.buffer
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass(slots=True)
 class Exchange:
-    body: bytes
+    bodies: Bodies
+    start: int
+    size: int
     n: int
-    where: str
+    file: Any
+    line: Any
+    instance: Any
     params: bytes
     sample_usage: tuple[dict[str, Any] | None, ...] | None = None
+
+    @property
+    def body(self) -> bytes:
+        """The saved response body, byte for byte."""
+        return self.bodies.get(self.start, self.size)
+
+    @property
+    def where(self) -> str:
+        return where_of(self.file, self.line, self.instance)
 
 
 @dataclass(slots=True)
@@ -58,7 +96,6 @@ class Instance:
     where: str
     exchanges: list[Exchange] = field(default_factory=list)
     unusable: str | None = None
-    signatures: list[bytes] = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -77,12 +114,26 @@ class Entry:
     instances: list[Instance] = field(default_factory=list)
     unusable: list[Instance] = field(default_factory=list)
     uniform: bool = True
+    # While building: the instances by (source file, source instance).
+    groups: dict[tuple[Any, Any], Instance] | None = None
+
+    def group(self, file: Any, instance: Any, where: str) -> Instance:
+        assert self.groups is not None
+        found = self.groups.get((file, instance))
+        if found is None:
+            found = self.groups[(file, instance)] = Instance(where)
+            self.instances.append(found)
+        return found
 
 
 @dataclass
 class ModelRun:
+    """One model's saved prompts. An entry that is one usable one-choice exchange (the
+    usual greedy case) is stored as that Exchange, without the Entry and Instance around
+    it: at a million records the wrappers would cost more memory than the answers."""
+
     name: str
-    entries: dict[bytes, Entry] = field(default_factory=dict)
+    entries: dict[bytes, Entry | Exchange] = field(default_factory=dict)
     records: int = 0
     samples: int = 0
     unusable_records: int = 0
@@ -121,15 +172,17 @@ class Index:
         return run
 
 
-def _exact(data: bytes) -> bytes:
-    # orjson's result keeps a heap block several times its size; an exact copy does not.
-    return memoryview(data).tobytes()
-
-
 def _signature(choice: dict[str, Any]) -> bytes:
     """What makes a generation the same one: everything but its index and logprobs."""
     rest = {k: v for k, v in choice.items() if k not in ("index", "logprobs")}
     return hashlib.blake2b(keys.canonical(rest), digest_size=8).digest()
+
+
+def entry_of(value: Entry | Exchange) -> Entry:
+    """The full Entry form of an index value (off the hot path: reports, status)."""
+    if isinstance(value, Entry):
+        return value
+    return Entry([Instance(value.where, [value])])
 
 
 def prompt_of(record: Record) -> dict[str, Any]:
@@ -139,12 +192,18 @@ def prompt_of(record: Record) -> dict[str, Any]:
 
 
 class Builder:
-    """Records in, Index out. Records are grouped into instances as they arrive."""
+    """Records in, Index out. Records are grouped into instances as they arrive.
+
+    A prompt's first record is kept as a bare Exchange; the Entry and Instance wrappers
+    are made only when a second record (or an unusable one) comes for the same prompt.
+    Building them for every record and dropping most at the end would leave the heap
+    full of holes between the objects that stay.
+    """
 
     def __init__(self) -> None:
         self._models: dict[str, ModelRun] = {}
-        self._instances: dict[tuple[str, bytes, Any, Any], Instance] = {}
         self._params: dict[bytes, bytes] = {}
+        self._bodies = Bodies()
 
     def add(self, record: Record) -> None:
         run = self._models.get(record.model)
@@ -152,40 +211,61 @@ class Builder:
             run = self._models[record.model] = ModelRun(record.model)
         run.records += 1
         key = keys.key_of(prompt_of(record))
-        group = (record.model, key, record.source.get("file"), record.source.get("instance"))
-        instance = self._instances.get(group)
-        if instance is None:
-            instance = self._instances[group] = Instance(record.where)
-            run.entries.setdefault(key, Entry()).instances.append(instance)
+        source = record.source
+        file, line, instance = source.get("file"), source.get("line"), source.get("instance")
+        current = run.entries.get(key)
         if record.unusable is not None or record.response is None:
             run.unusable_records += 1
-            if instance.unusable is None:
-                instance.unusable = f"{record.unusable} (saved at {record.where})"
+            where = record.where
+            group = self._entry(run, key, current).group(file, instance, where)
+            if group.unusable is None:
+                group.unusable = f"{record.unusable} (saved at {where})"
             return
-        choices = record.response["choices"]
         params = keys.canonical(keys.sampling_params(record.request))
         params = self._params.setdefault(params, params)
         usage = tuple(record.sample_usage) if record.sample_usage is not None else None
-        body = _exact(orjson.dumps(record.response))
-        instance.exchanges.append(Exchange(body, len(choices), record.where, params, usage))
-        instance.signatures.extend(_signature(c) for c in choices)
-        run.samples += len(choices)
+        start, size = self._bodies.add(orjson.dumps(record.response))
+        n = len(record.response["choices"])
+        exchange = Exchange(self._bodies, start, size, n, file, line, instance, params, usage)
+        run.samples += n
+        if current is None and n == 1:
+            run.entries[key] = exchange
+        else:
+            self._entry(run, key, current).group(file, instance, exchange.where) \
+                .exchanges.append(exchange)
+
+    @staticmethod
+    def _entry(run: ModelRun, key: bytes, current: Entry | Exchange | None) -> Entry:
+        """The Entry for a prompt, made from its lone Exchange (or from nothing) if need be."""
+        if isinstance(current, Entry):
+            return current
+        entry = Entry(groups={})
+        if current is not None:
+            entry.group(current.file, current.instance, current.where).exchanges.append(current)
+        run.entries[key] = entry
+        return entry
 
     def build(self, aliases: dict[str, str] | None = None) -> Index:
         for run in self._models.values():
-            for entry in run.entries.values():
-                _settle(entry)
-        self._instances.clear()
+            for key, value in run.entries.items():
+                if isinstance(value, Entry):
+                    run.entries[key] = _settle(value)
         return Index(self._models, aliases)
 
 
-def _settle(entry: Entry) -> None:
+def _settle(entry: Entry) -> Entry | Exchange:
+    """Split usable from unusable instances, decide whether every saved sample is one
+    generation, and reduce a lone one-choice exchange to itself."""
+    entry.groups = None
     usable = [i for i in entry.instances if i.unusable is None]
     entry.unusable = [i for i in entry.instances if i.unusable is not None]
     entry.instances = usable
-    entry.uniform = len({s for i in usable for s in i.signatures}) <= 1
-    for instance in entry.instances + entry.unusable:
-        instance.signatures = []
+    if not entry.unusable and len(usable) == 1 and len(usable[0].exchanges) == 1 \
+            and usable[0].exchanges[0].n == 1:
+        return usable[0].exchanges[0]
+    bodies = [orjson.loads(e.body) for i in usable for e in i.exchanges]
+    entry.uniform = len({_signature(c) for b in bodies for c in b["choices"]}) <= 1
+    return entry
 
 
 def build(records: Iterable[Record], aliases: dict[str, str] | None = None) -> Index:
@@ -198,11 +278,15 @@ def build(records: Iterable[Record], aliases: dict[str, str] | None = None) -> I
 Cursors = Mapping[Any, int]
 
 
-def choose(entry: Entry, n: int, params: bytes, rules: Rules, cursors: Cursors,
+def choose(entry: Entry | Exchange, n: int, params: bytes, rules: Rules, cursors: Cursors,
            cursor_key: Any) -> tuple[Selection, tuple[Any, int] | None]:
     """The saved samples that answer a request for `n` samples, and the cursor move to
     commit once the whole request is answered (None: no move). Raises a ReplayError when
     nothing fits; `cursors` is only read."""
+    if isinstance(entry, Exchange):
+        if n == 1 and (not rules.strict or entry.params == params):
+            return [(entry, None)], None
+        entry = entry_of(entry)  # the general rules below say why not
     instances = entry.instances
     if not instances:
         reasons = "; ".join(i.unusable or "" for i in entry.unusable[:3])

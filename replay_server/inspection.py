@@ -18,7 +18,7 @@ from typing import Any
 
 from .errors import LoadError
 from .formats import LoadContext
-from .index import Entry
+from .index import Entry, entry_of
 from .loader import Loaded, plan, progress_bar, read
 from .records import dump_line
 
@@ -30,9 +30,10 @@ def _where(entry: Entry) -> str:
 def summary(loaded: Loaded) -> dict[str, Any]:
     models: dict[str, Any] = {}
     for name, run in sorted(loaded.index.models.items()):
-        ambiguous = [e for e in run.entries.values() if len(e.instances) > 1 and not e.uniform]
-        unusable = [e for e in run.entries.values() if not e.instances]
-        sizes: Counter[int] = Counter(i.size for e in run.entries.values() for i in e.instances)
+        entries = [entry_of(e) for e in run.entries.values()]
+        ambiguous = [e for e in entries if len(e.instances) > 1 and not e.uniform]
+        unusable = [e for e in entries if not e.instances]
+        sizes: Counter[int] = Counter(i.size for e in entries for i in e.instances)
         models[name] = {
             "records": run.records,
             "prompts": len(run.entries),

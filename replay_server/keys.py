@@ -58,9 +58,14 @@ SAMPLING_FIELDS = (
 
 
 def drop_nulls(value: Any) -> Any:
-    """A copy of `value` with every null-valued object field removed, at any depth."""
+    """`value` with every null-valued object field removed, at any depth. A flat object
+    with no null (the usual message) is returned as it is, not copied: this is on the
+    request path."""
     if isinstance(value, dict):
-        return {k: drop_nulls(v) for k, v in value.items() if v is not None}
+        for v in value.values():
+            if v is None or isinstance(v, dict | list):
+                return {k: drop_nulls(v) for k, v in value.items() if v is not None}
+        return value
     if isinstance(value, list):
         return [drop_nulls(v) for v in value]
     return value

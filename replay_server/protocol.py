@@ -25,7 +25,11 @@ class ReplayRequest:
     stream: bool
     include_usage: bool
     prompts: list[dict[str, Any]]
-    params: bytes
+    data: dict[str, Any]
+
+    def params(self) -> bytes:
+        """The sampling parameters, canonical (only strict mode needs them)."""
+        return keys.canonical(keys.sampling_params(self.data))
 
 
 _NUMBER = (int, float)
@@ -58,10 +62,11 @@ def _type_name(value: Any) -> str:
 
 
 def _check_types(data: dict[str, Any], endpoint: str) -> None:
-    for name, (types, words) in _TYPES.items():
-        value = data.get(name)
-        if value is None:
+    for name, value in data.items():
+        spec = _TYPES.get(name)
+        if spec is None or value is None:
             continue
+        types, words = spec
         ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
         if not ok:
             raise BadRequest(f"`{name}` must be {words}, got {_type_name(value)}", param=name)
@@ -147,7 +152,7 @@ def parse(endpoint: str, body: bytes) -> ReplayRequest:
         stream=data.get("stream") is True,
         include_usage=_include_usage(data),
         prompts=prompts,
-        params=keys.canonical(keys.sampling_params(data)),
+        data=data,
     )
 
 

@@ -49,10 +49,8 @@ class Record:
     @property
     def where(self) -> str:
         """FILE:LINE (plus the instance when known) of the saved exchange."""
-        file, line = self.source.get("file"), self.source.get("line")
-        where = f"{file}:{line}" if line is not None else str(file)
-        instance = self.source.get("instance")
-        return f"{where} ({instance})" if instance is not None else where
+        source = self.source
+        return where_of(source.get("file"), source.get("line"), source.get("instance"))
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -68,6 +66,11 @@ class Record:
             out["sample_usage"] = self.sample_usage
         out["source"] = self.source
         return out
+
+
+def where_of(file: Any, line: Any, instance: Any) -> str:
+    where = f"{file}:{line}" if line is not None else str(file)
+    return f"{where} ({instance})" if instance is not None else where
 
 
 def dump_line(record: Record) -> bytes:

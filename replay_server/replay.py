@@ -22,7 +22,7 @@ import orjson
 
 from . import keys, protocol, responses
 from .errors import NoMatch, ReplayError, ReplayServerError
-from .index import Entry, Index, ModelRun, Rules, Selection, choose
+from .index import Entry, Exchange, Index, ModelRun, Rules, Selection, choose
 from .nearest import Catalog, first_difference
 from .records import CHAT_PATH
 from .stats import Stats
@@ -45,6 +45,8 @@ class Reply:
 
 
 def _header_value(where: str) -> bytes:
+    if where.isascii() and where.isprintable():
+        return where.encode("ascii")
     return quote(where, safe="/:._-() ").encode("ascii")
 
 
@@ -91,15 +93,16 @@ class Replayer:
 
     def _select(self, run: ModelRun, request: protocol.ReplayRequest, i: int,
                 prompt: dict[str, Any], moves: list[tuple[Any, int]]
-                ) -> tuple[Entry, Selection]:
+                ) -> tuple[Entry | Exchange, Selection]:
         key = keys.key_of(prompt)
         try:
             entry = run.entries.get(key)
             if entry is None:
                 raise self._no_match(run.name, request, prompt)
             cursors = ChainMap(dict(moves), self.cursors) if moves else self.cursors
-            selection, move = choose(entry, request.n, request.params, self.rules,
-                                     cursors, (run.name, key))
+            params = request.params() if self.rules.strict else b""
+            selection, move = choose(entry, request.n, params, self.rules, cursors,
+                                     (run.name, key))
         except ReplayError as error:
             if len(request.prompts) > 1:
                 error.message = f"prompt {i} of {len(request.prompts)}: {error.message}"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import ReplayServerError
-from .index import Entry, Index, Selection
+from .index import Entry, Exchange, Index, Selection, entry_of
 
 # The codes counted per model, in the order reports show them.
 OUTCOMES = ("hits", "replay_no_match", "replay_unusable", "replay_ambiguous",
@@ -38,10 +38,11 @@ class Stats:
         self.used.clear()
         self.used_samples.clear()
 
-    def hit(self, model: str, entry: Entry, selection: Selection) -> None:
+    def hit(self, model: str, entry: Entry | Exchange, selection: Selection) -> None:
         self.counts[model]["hits"] += 1
         picks: Selection = selection
-        if entry.uniform:  # every sample is the same generation: all of them are used
+        if isinstance(entry, Entry) and entry.uniform:
+            # every sample is the same generation: all of them are used
             picks = [(e, None) for i in entry.instances for e in i.exchanges]
         for exchange, choice in picks:
             used = self.used.setdefault(id(exchange), set())
@@ -69,8 +70,8 @@ class Stats:
     def unused_examples(self, model: str, limit: int = 5) -> list[str]:
         """Where some saved samples that no request used came from."""
         found: list[str] = []
-        for entry in self.index.models[model].entries.values():
-            for instance in entry.instances:
+        for value in self.index.models[model].entries.values():
+            for instance in entry_of(value).instances:
                 for exchange in instance.exchanges:
                     if len(self.used.get(id(exchange), ())) < exchange.n:
                         found.append(exchange.where)

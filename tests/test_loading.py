@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from replay_server import errors
+from replay_server.index import entry_of
 from replay_server.loader import load
 from replay_server.records import CHAT_PATH, COMPLETION_PATH
 
@@ -198,5 +199,5 @@ def test_records_keep_where_they_came_from(tmp_path: Path) -> None:
     del record["source"]
     path = write_jsonl(tmp_path / "r.jsonl", [record])
     entry = next(iter(load([path], progress=False).index.models[MODEL].entries.values()))
-    assert entry.instances[0].where == f"{path}:1"
+    assert entry_of(entry).instances[0].where == f"{path}:1"
     assert CHAT_PATH in record["endpoint"]

@@ -7,14 +7,17 @@ from typing import Any
 import orjson
 
 from replay_server import responses
-from replay_server.index import Exchange
+from replay_server.index import Bodies, Exchange
 from replay_server.records import CHAT_PATH, COMPLETION_PATH
 
 from .support import chat_response, completion_response
 
 
 def exchange(body: dict[str, Any], sample_usage: Any = None) -> Exchange:
-    return Exchange(orjson.dumps(body), len(body["choices"]), "f:1", b"{}", sample_usage)
+    bodies = Bodies()
+    start, size = bodies.add(orjson.dumps(body))
+    return Exchange(bodies, start, size, len(body["choices"]), "f", 1, None, b"{}",
+                    sample_usage)
 
 
 def frames(endpoint: str, body: dict[str, Any], include_usage: bool) -> list[Any]:
@@ -26,8 +29,8 @@ def frames(endpoint: str, body: dict[str, Any], include_usage: bool) -> list[Any
 
 
 def test_one_whole_exchange_is_served_as_its_saved_bytes() -> None:
-    saved = exchange(chat_response("a"))
-    assert responses.encode([[(saved, None)]]) is saved.body
+    body = chat_response("a")
+    assert responses.encode([[(exchange(body), None)]]) == orjson.dumps(body)
 
 
 def test_one_sample_of_several_gets_its_own_usage_or_null() -> None:
