@@ -12,9 +12,9 @@ from typing import Any, NoReturn
 import click
 import orjson
 
-from . import inspection, runner, server
+from . import inspection, runner, server, store
 from .errors import LoadError
-from .loader import load
+from .loader import load, report_lines
 from .settings import SETTINGS, Settings, envvar, flag
 
 F = Callable[..., Any]
@@ -159,6 +159,29 @@ def record(upstream: str, out: Path, host: str, port: int, log_level: str) -> No
         _fail(error)
     except KeyboardInterrupt:
         pass
+
+
+@main.command("index")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The index file to write (replaced whole, never half-written).")
+@click.option("--skip-bad-lines", is_flag=True,
+              help="Leave out lines that cannot be read, and report them, instead of stopping.")
+def build_index(paths: tuple[str, ...], output: Path, skip_bad_lines: bool) -> None:
+    """Compile the saved runs in PATHS into one index file, once.
+
+    `serve OUTPUT` then starts at once whatever the run's size, keeps little in memory,
+    and can use several worker processes (--workers) that share the file.
+    """
+    try:
+        loaded = load(paths, skip_bad_lines=skip_bad_lines)
+        for line in report_lines(loaded):
+            _say(line)
+        prompts = store.write(loaded, output)
+    except LoadError as error:
+        _fail(error)
+    _say(f"wrote {output}: {prompts} prompts")
+    sys.exit(1 if loaded.ctx.bad_lines else 0)
 
 
 class _CommandAfterDashes(click.Command):

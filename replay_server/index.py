@@ -171,6 +171,11 @@ class Index:
             raise ModelNotFound(model, sorted(self.models))
         return run
 
+    def catalog(self, model: str, kind: str) -> Any:
+        """A prompt catalog the index keeps itself, if any (see store.py); else None and
+        the server builds one from the saved files on the first miss."""
+        return None
+
 
 def _signature(choice: dict[str, Any]) -> bytes:
     """What makes a generation the same one: everything but its index and logprobs."""

@@ -141,6 +141,9 @@ class Replayer:
     def catalog(self, model: str, kind: str) -> Catalog:
         """The saved prompts of one model and endpoint kind, sorted for nearest-prompt
         search; built on the first miss that needs them."""
+        kept = self.index.catalog(model, kind)
+        if kept is not None:
+            return kept  # type: ignore[no-any-return]
         with self._catalog_lock:
             catalog = self._catalogs.get((model, kind))
             if catalog is None:

@@ -24,9 +24,8 @@ from typing import Any
 import uvicorn
 
 from .app import create_app
-from .loader import load, report_lines
 from .replay import Replayer
-from .server import bind
+from .server import bind, open_run
 from .settings import Settings
 from .stats import OUTCOMES
 
@@ -103,10 +102,12 @@ def missed(replayer: Replayer) -> int:
 def run(paths: Sequence[str | Path], settings: Settings, command: Sequence[str], *,
         require_all: bool, stop_on_miss: bool, say: Callable[[str], None]) -> int:
     """Serve `paths`, run `command` against it, report; returns the exit status."""
-    loaded = load(paths, skip_bad_lines=settings.skip_bad_lines, aliases=settings.aliases())
-    for line in report_lines(loaded):
+    if settings.workers != 1:
+        raise ValueError("`run` serves from its own process: --workers is for `serve`")
+    opened = open_run(paths, settings)
+    for line in opened.report:
         say(line)
-    app = create_app(settings, loaded.index, loaded.saved_prompts)
+    app = create_app(settings, opened.index, opened.prompts)
     replayer: Replayer = app.state.replayer
     stopped = threading.Event()
     with _Server(app, settings) as server:

@@ -34,6 +34,9 @@ class Settings:
         False, "Start even if some saved lines cannot be read; they are skipped and reported.")
     max_body_size: int = _setting(
         DEFAULT_MAX_BODY, "Largest request body accepted, in bytes; larger ones get 413.")
+    workers: int = _setting(
+        1, "Worker processes. More than 1 needs an index file (`replay-server index`), "
+        "which the workers share.")
     access_log: bool = _setting(False, "Log every request (costs throughput).")
     log_level: str = _setting("info", "Log level: debug, info, warning or error.",
                               choices=("debug", "info", "warning", "error"))

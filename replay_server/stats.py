@@ -26,6 +26,8 @@ class Stats:
         self.counts: dict[str, Counter[str]] = {name: Counter() for name in index.models}
         self.rejected: Counter[str] = Counter()
         self.misses: deque[dict[str, Any]] = deque(maxlen=100)
+        # Used choices by exchange; `Exchange.start` identifies an exchange (its offset in
+        # the run's body buffer, kept as is in an index file).
         self.used: dict[int, set[int]] = {}
         self.used_samples: Counter[str] = Counter()
         self.on_error: Callable[[dict[str, Any]], None] | None = None
@@ -45,7 +47,7 @@ class Stats:
             # every sample is the same generation: all of them are used
             picks = [(e, None) for i in entry.instances for e in i.exchanges]
         for exchange, choice in picks:
-            used = self.used.setdefault(id(exchange), set())
+            used = self.used.setdefault(exchange.start, set())
             before = len(used)
             used.update(range(exchange.n) if choice is None else (choice,))
             self.used_samples[model] += len(used) - before
@@ -73,7 +75,7 @@ class Stats:
         for value in self.index.models[model].entries.values():
             for instance in entry_of(value).instances:
                 for exchange in instance.exchanges:
-                    if len(self.used.get(id(exchange), ())) < exchange.n:
+                    if len(self.used.get(exchange.start, ())) < exchange.n:
                         found.append(exchange.where)
                         if len(found) >= limit:
                             return found

@@ -16,8 +16,8 @@ import uvicorn
 
 from replay_server import index as index_mod
 from replay_server.app import create_app
-from replay_server.loader import Loaded, load
 from replay_server.records import CHAT_PATH, COMPLETION_PATH, Record, validate
+from replay_server.server import open_run
 from replay_server.settings import Settings
 
 MODEL = "test/model"
@@ -114,9 +114,8 @@ def running(app: Any) -> Iterator[str]:
 def serving(paths: list[Path] | list[str], settings: Settings | None = None) -> Iterator[str]:
     """Load saved files the way `serve` does and run them on a real uvicorn."""
     settings = settings or Settings()
-    loaded: Loaded = load(paths, skip_bad_lines=settings.skip_bad_lines,
-                          aliases=settings.aliases(), progress=False)
-    with running(create_app(settings, loaded.index, loaded.saved_prompts)) as url:
+    opened = open_run(paths, settings)
+    with running(create_app(settings, opened.index, opened.prompts)) as url:
         yield url
 
 

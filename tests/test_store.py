@@ -1,0 +1,143 @@
+"""The on-disk index: built once, served like the files, shared by several workers."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import openai
+import pytest
+
+from replay_server import store
+from replay_server.errors import LoadError
+from replay_server.loader import load
+from replay_server.settings import Settings
+from replay_server.store import StoredIndex
+
+from .support import chat_record, chat_response, serving, user, write_jsonl
+
+ROOT = Path(__file__).parent.parent
+SAVED = [ROOT / "examples", ROOT / "tests" / "data" / "openai_batch"]
+CLI = [sys.executable, "-m", "replay_server"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("idx") / "run.idx"
+    result = subprocess.run([*CLI, "index", *map(str, SAVED), "-o", str(out)],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "wrote" in result.stderr and "11 prompts" in result.stderr
+    return out
+
+
+def test_the_index_holds_exactly_what_loading_the_files_gives(built: Path) -> None:
+    loaded = load(SAVED, progress=False).index
+    stored = StoredIndex(built)
+    assert sorted(stored.models) == sorted(loaded.models)
+    for name, run in loaded.models.items():
+        kept = stored.models[name]
+        assert (kept.records, kept.samples, kept.unusable_records) == (
+            run.records, run.samples, run.unusable_records)
+        assert len(kept.entries) == len(run.entries)
+        for key, value in run.entries.items():
+            assert store.encode(kept.entries.get(key)) == store.encode(value)  # type: ignore
+        assert kept.entries.get(b"\0" * 16) is None
+
+
+@pytest.mark.http
+def test_serving_the_index_answers_like_serving_the_files(built: Path) -> None:
+    asks = [("Name a primary color in one word.", 2), ("Name a primary color in one word.", 1),
+            ("Name a primary color in one word.", 1), ("Write a haiku about rescoring.", 1)]
+
+    def answers(url: str) -> list[object]:
+        client = openai.OpenAI(base_url=url, api_key="x")
+        out: list[object] = []
+        for text, n in asks:
+            r = client.chat.completions.with_raw_response.create(
+                model="demo/tiny-chat-model", messages=[{"role": "user", "content": text}], n=n)
+            out.append((r.http_response.content, r.headers["x-replay-source"]))
+        with pytest.raises(openai.UnprocessableEntityError) as e:
+            client.chat.completions.create(model="demo/tiny-chat-model",
+                                           messages=[{"role": "user", "content": "Name a hue"}])
+        out.append(e.value.message)
+        return out
+
+    with serving(SAVED) as files_url:
+        from_files = answers(files_url)
+    with serving([built]) as index_url:
+        from_index = answers(index_url)
+    assert from_index == from_files
+    assert "first difference: message 0 (user), character 7" in str(from_index[-1])
+
+
+def test_an_index_is_served_alone(built: Path) -> None:
+    from replay_server.server import open_run
+
+    with pytest.raises(LoadError, match="served on its own"):
+        open_run([built, SAVED[0]], Settings())
+
+
+def test_a_changed_source_is_reported(tmp_path: Path) -> None:
+    saved = write_jsonl(tmp_path / "run.jsonl", [chat_record("q", chat_response("a"))])
+    index = tmp_path / "run.idx"
+    store.write(load([saved], progress=False), index)
+    assert StoredIndex(index).stale_sources() == []
+    saved.write_bytes(saved.read_bytes() + b"\n")
+    assert StoredIndex(index).stale_sources() == [str(saved)]
+
+
+def test_a_non_index_file_is_refused(tmp_path: Path) -> None:
+    fake = tmp_path / "x.idx"
+    fake.write_bytes(store.SQLITE_MAGIC + b"\0" * 100)
+    with pytest.raises(LoadError, match="not a replay-server index"):
+        StoredIndex(fake)
+
+
+def start_serve(*args: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([*CLI, "serve", *args, "--port", "0", "--log-level", "warning"],
+                            cwd=ROOT, text=True, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        found = re.search(r"ready on (http://\S+/v1)", line)
+        if found:
+            threading.Thread(target=proc.stderr.read, daemon=True).start()
+            return proc, found.group(1)
+    proc.wait()
+    proc.stderr.close()
+    raise AssertionError("serve did not start")
+
+
+@pytest.mark.http
+def test_several_workers_share_one_index(tmp_path: Path) -> None:
+    saved = write_jsonl(tmp_path / "run.jsonl", [
+        chat_record(f"q{i}", chat_response(f"a{i}"), line=i) for i in range(50)])
+    index = tmp_path / "run.idx"
+    store.write(load([saved], progress=False), index)
+    proc, url = start_serve(str(index), "--workers", "2")
+    try:
+        client = openai.OpenAI(base_url=url, api_key="x")
+        for i in range(50):
+            r = client.chat.completions.create(model="test/model", messages=user(f"q{i}"))
+            assert r.choices[0].message.content == f"a{i}"
+        workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                 text=True).stdout.split()
+        assert len(workers) >= 2
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(20)
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+def test_workers_are_refused_without_an_index_or_with_ordered_samples(built: Path) -> None:
+    plain = subprocess.run([*CLI, "serve", "examples", "--workers", "2"], capture_output=True,
+                           text=True, cwd=ROOT)
+    assert plain.returncode == 2 and "several workers need an index file" in plain.stderr
+    ordered = subprocess.run([*CLI, "serve", str(built), "--workers", "2"],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert ordered.returncode == 2 and "serve this run with --workers 1" in ordered.stderr
