@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8000
 
-.PHONY: serve test lint check clean
+.PHONY: serve test lint bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "replay-server needs Python 3.11 or newer: run make PYTHON=python3.11 ...")'
@@ -30,6 +30,12 @@ lint: $(VENV)/.installed-test
 
 test: lint
 	$(BIN)/pytest
+
+# The benchmark (not part of the tests; needs wrk: apt-get install wrk). Writes
+# bench/results/report.md and throughput.png. BENCH_ARGS=--quick for a smoke run.
+bench: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[bench]'
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -8,9 +8,9 @@ the run's size, keeps little in memory, and several worker processes share one c
     meta(name, value)              format, version, key version, the sources it was built from
     models(id, name, records, samples, unusable_records, prompts)
     entries(k BLOB PRIMARY KEY, v)  k = model id (2 bytes) + key; v = one encoded entry
-    prompts(id, model_id, kind, flat, prompt, place)
-                                   every saved prompt, sorted by `nearest.flatten`, for
-                                   miss diagnostics by binary search on `id`
+    prompts(id, model_id, kind, prompt, place)
+                                   every saved prompt, in the order of `nearest.flatten`,
+                                   for miss diagnostics by binary search on `id`
     prompt_ranges(model_id, kind, first, last)
 
 An entry is encoded as a 4-byte header length, the header (JSON: the Entry's shape, each
@@ -108,8 +108,8 @@ CREATE TABLE models(id INTEGER PRIMARY KEY, name TEXT UNIQUE, records INTEGER,
 CREATE TABLE entries(k BLOB PRIMARY KEY, v BLOB);
 CREATE TABLE raw_prompts(model_id INTEGER, kind TEXT, k BLOB, flat TEXT, prompt BLOB,
                          place TEXT);
-CREATE TABLE prompts(id INTEGER PRIMARY KEY, model_id INTEGER, kind TEXT, flat TEXT,
-                     prompt BLOB, place TEXT);
+CREATE TABLE prompts(id INTEGER PRIMARY KEY, model_id INTEGER, kind TEXT, prompt BLOB,
+                     place TEXT);
 CREATE TABLE prompt_ranges(model_id INTEGER, kind TEXT, first INTEGER, last INTEGER,
                            PRIMARY KEY(model_id, kind));
 """
@@ -160,8 +160,8 @@ def _write_prompts(db: sqlite3.Connection, loaded: Loaded, ids: dict[str, int]) 
         rows = ((ids[name], p["kind"], keys.key_of(p), flatten(p), keys.canonical(p), where)
                 for p, where in loaded.saved_prompts(name))
         db.executemany("INSERT INTO raw_prompts VALUES (?, ?, ?, ?, ?, ?)", rows)
-    db.execute("""INSERT INTO prompts(model_id, kind, flat, prompt, place)
-                  SELECT model_id, kind, flat, prompt, MIN(place) FROM raw_prompts
+    db.execute("""INSERT INTO prompts(model_id, kind, prompt, place)
+                  SELECT model_id, kind, prompt, MIN(place) FROM raw_prompts
                   GROUP BY model_id, k ORDER BY model_id, kind, flat""")
     db.execute("""INSERT INTO prompt_ranges SELECT model_id, kind, MIN(id), MAX(id)
                   FROM prompts GROUP BY model_id, kind""")
@@ -201,8 +201,8 @@ class StoredCatalog:
         self.db, self.first, self.last = db, first, last
 
     def _flat(self, row_id: int) -> str:
-        return str(self.db.execute("SELECT flat FROM prompts WHERE id = ?", (row_id,)
-                                   ).fetchone()[0])
+        row = self.db.execute("SELECT prompt FROM prompts WHERE id = ?", (row_id,)).fetchone()
+        return flatten(orjson.loads(row[0]))
 
     def nearest(self, prompt: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
         flat = flatten(prompt)
