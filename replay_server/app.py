@@ -10,6 +10,7 @@ raises it, leaves as the OpenAI envelope with `x-should-retry: false`.
 
 from __future__ import annotations
 
+import hmac
 import logging
 from typing import Any
 
@@ -22,7 +23,7 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from . import errors, protocol
-from .errors import BadRequest, PayloadTooLarge, ReplayServerError
+from .errors import BadRequest, PayloadTooLarge, ReplayServerError, Unauthorized
 from .index import Index, Rules
 from .records import ENDPOINTS
 from .replay import PromptSource, Replayer
@@ -103,17 +104,32 @@ class ReplayEndpoint:
 
 class ReplayApp(FastAPI):
     """A FastAPI app that sends POSTs to the replay endpoints straight to them, ahead of
-    its middleware, routing and response machinery."""
+    its middleware, routing and response machinery; with an API key, it first turns away
+    every request but `GET /health` that does not carry `Authorization: Bearer KEY`."""
 
     fast_paths: dict[str, ReplayEndpoint]
+    api_key: bytes | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.api_key is not None and scope["type"] == "http" \
+                and scope["path"] != "/health" and not self._authorized(scope):
+            await send_error(send, Unauthorized(
+                "missing or wrong API key: send the header `Authorization: Bearer KEY` with "
+                "the key this server was started with (--api-key or REPLAY_SERVER_API_KEY)"))
+            return
         if scope["type"] == "http" and scope["method"] == "POST":
             endpoint = self.fast_paths.get(scope["path"])
             if endpoint is not None:
                 await endpoint(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        assert self.api_key is not None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                return hmac.compare_digest(value, b"Bearer " + self.api_key)
+        return False
 
 
 def _error_response(error: ReplayServerError) -> Response:
@@ -186,6 +202,7 @@ def create_app(settings: Settings, index: Index, prompts: PromptSource | None = 
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))
     app.include_router(router)
     app.fast_paths = endpoints
+    app.api_key = settings.api_key.encode() if settings.api_key else None
     app.add_exception_handler(HTTPException, _http_exception)
     app.add_exception_handler(ReplayServerError, _replay_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

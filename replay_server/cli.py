@@ -42,7 +42,9 @@ def _add_settings_options(command: F, defaults: dict[str, Any]) -> F:
         elif meta.get("multiple"):
             kwargs.update(multiple=True, metavar=meta.get("metavar"))
         else:
-            kwargs.update(default=default, show_default=True)
+            kwargs.update(default=default, show_default=default is not None)
+            if "metavar" in meta:
+                kwargs["metavar"] = meta["metavar"]
             if "choices" in meta:
                 kwargs["type"] = click.Choice(meta["choices"])
             elif setting.type == "int":

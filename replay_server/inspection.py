@@ -91,12 +91,13 @@ def convert(paths: Sequence[str | Path], out: Path, *, skip_bad_lines: bool = Fa
     The file appears whole or not at all (written beside it, then renamed), and never
     replaces one of its own inputs.
     """
-    planned = plan(paths)
+    ctx = LoadContext(skip_bad_lines=skip_bad_lines)
+    planned = plan(paths, ctx)
     target = out.resolve()
     if any(p.resolve() == target for _, p in planned.files):
         raise LoadError(str(out), None, "is one of the inputs; write to another file")
     bar = progress_bar(planned.total_bytes, "converting", progress)
-    ctx = LoadContext(skip_bad_lines=skip_bad_lines, on_progress=bar.update)
+    ctx.on_progress = bar.update
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=target.parent)
     count = 0
     try:

@@ -72,7 +72,8 @@ def _walk(root: Path) -> Iterator[Path]:
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             path = Path(dirpath) / name
-            if not name.startswith(".") and path.is_file():
+            # a dangling symlink is yielded too, so that it is named, not silently passed by
+            if not name.startswith(".") and (path.is_file() or path.is_symlink()):
                 yield path
 
 
@@ -80,10 +81,17 @@ def _raise_walk(error: OSError) -> None:
     raise LoadError(str(error.filename), None, f"cannot read: {error.strerror or error}")
 
 
-def _group(paths: Sequence[Path], plan: Plan, explicit: bool) -> list[tuple[Reader, list[Path]]]:
+def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
+           ctx: LoadContext | None) -> list[tuple[Reader, list[Path]]]:
     by_reader: dict[str, tuple[Reader, list[Path]]] = {}
     for path in paths:
-        reader = _claim(path)
+        try:
+            reader = _claim(path)
+        except LoadError as error:
+            if ctx is None:
+                raise
+            ctx.bad(error)  # an unreadable file: stop, or note it when skipping
+            continue
         if reader is None:
             if explicit:
                 raise LoadError(str(path), None, "not a saved-run format replay-server reads "
@@ -95,8 +103,9 @@ def _group(paths: Sequence[Path], plan: Plan, explicit: bool) -> list[tuple[Read
     return list(by_reader.values())
 
 
-def plan(paths: Sequence[str | Path]) -> Plan:
-    """Find and claim every file, raising LoadError for a path that holds nothing to serve."""
+def plan(paths: Sequence[str | Path], ctx: LoadContext | None = None) -> Plan:
+    """Find and claim every file, raising LoadError for a path that holds nothing to serve
+    (or, with a context that skips bad lines, for nothing worse than unreadable files)."""
     result = Plan()
     files: list[Path] = []
     for raw in paths:
@@ -104,14 +113,14 @@ def plan(paths: Sequence[str | Path]) -> Plan:
         if not path.exists():
             raise LoadError(str(path), None, "no such file or directory")
         if path.is_dir():
-            group = _group(list(_walk(path)), result, explicit=False)
+            group = _group(list(_walk(path)), result, explicit=False, ctx=ctx)
             if not group:
                 raise LoadError(str(path), None, "no saved generations found in this directory")
             result.groups.append(group)
         else:
             files.append(path)
     if files:
-        result.groups.append(_group(files, result, explicit=True))
+        result.groups.append(_group(files, result, explicit=True, ctx=ctx))
     return result
 
 
@@ -150,9 +159,10 @@ def load(paths: Sequence[str | Path], *, skip_bad_lines: bool = False,
     """Read every saved file into an index. Raises LoadError on the first bad line unless
     `skip_bad_lines`, in which case the returned context lists what was skipped."""
     start = time.perf_counter()
-    planned = plan(paths)
+    ctx = LoadContext(skip_bad_lines=skip_bad_lines)
+    planned = plan(paths, ctx)
     bar = progress_bar(planned.total_bytes, "loading", progress)
-    ctx = LoadContext(skip_bad_lines=skip_bad_lines, on_progress=bar.update)
+    ctx.on_progress = bar.update
     builder = Builder()
     per_file: Counter[tuple[str, str]] = Counter()
     examples: dict[str, Record] = {}

@@ -218,12 +218,13 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, bytes, int]]:
     A last line with no newline is yielded as it is: a caller that fails to parse it says
     the file looks cut short (a crashed writer), rather than dropping it.
     """
-    with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
-            if raw.strip():
-                yield number, raw, len(raw)
-            else:
-                yield number, b"", len(raw)
+    number = 0
+    try:
+        with path.open("rb") as f:
+            for number, raw in enumerate(f, start=1):
+                yield number, raw if raw.strip() else b"", len(raw)
+    except OSError as e:
+        raise LoadError(str(path), number or None, f"cannot read: {e.strerror or e}") from None
 
 
 def parse_line(raw: bytes, file: str, line: int) -> Any:

@@ -112,7 +112,8 @@ def run(paths: Sequence[str | Path], settings: Settings, command: Sequence[str],
     stopped = threading.Event()
     with _Server(app, settings) as server:
         env = {**os.environ, "OPENAI_BASE_URL": server.base_url,
-               "OPENAI_API_BASE": server.base_url, "OPENAI_API_KEY": "replay-server"}
+               "OPENAI_API_BASE": server.base_url,
+               "OPENAI_API_KEY": settings.api_key or "replay-server"}
         say(f"replay-server run: serving on {server.base_url}; running: {' '.join(command)}")
         proc = subprocess.Popen(list(command), env=env, start_new_session=True)
         if stop_on_miss:

@@ -32,6 +32,10 @@ class Settings:
         "in saved order instead of failing with replay_ambiguous.")
     skip_bad_lines: bool = _setting(
         False, "Start even if some saved lines cannot be read; they are skipped and reported.")
+    api_key: str | None = _setting(
+        None, "Require the header `Authorization: Bearer KEY` on every route but /health. "
+        "Prefer the environment variable: a command line is visible to other users.",
+        metavar="KEY")
     max_body_size: int = _setting(
         DEFAULT_MAX_BODY, "Largest request body accepted, in bytes; larger ones get 413.")
     workers: int = _setting(
@@ -68,7 +72,8 @@ def markdown_table() -> str:
             "| --- | --- | --- | --- |"]
     for setting in SETTINGS:
         default = setting.default
-        shown = "off" if default is False else "none" if default == () else f"`{default}`"
+        shown = ("off" if default is False else "none" if default in ((), None)
+                 else f"`{default}`")
         rows.append(f"| `{flag(setting.name)}` | `{envvar(setting.name)}` | {shown} | "
                     f"{setting.metadata['help']} |")
     return "\n".join(rows)

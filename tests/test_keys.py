@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from replay_server import keys
 
@@ -101,3 +103,62 @@ def test_sampling_params_drop_nulls_and_leave_out_n() -> None:
     params = keys.sampling_params({"temperature": 0, "top_p": None, "n": 4, "seed": 1,
                                    "messages": []})
     assert params == {"temperature": 0, "seed": 1}
+
+
+# Properties (hypothesis): the allowed normalisations never change a key; any change to a
+# text, a role, the order of messages or the tools always does.
+TEXT = st.text(max_size=40)
+ROLE = st.sampled_from(["system", "user", "assistant", "tool"])
+MESSAGE = st.fixed_dictionaries({"role": ROLE, "content": TEXT})
+MESSAGES = st.lists(MESSAGE, min_size=1, max_size=5)
+TOOLS = st.lists(st.fixed_dictionaries({"type": st.just("function"), "function":
+                 st.fixed_dictionaries({"name": st.text(min_size=1, max_size=10)})}),
+                 max_size=2)
+
+
+def shuffled_keys(value: Any, data: st.DataObject) -> Any:
+    if isinstance(value, dict):
+        items = data.draw(st.permutations(list(value.items())))
+        return {k: shuffled_keys(v, data) for k, v in items}
+    if isinstance(value, list):
+        return [shuffled_keys(v, data) for v in value]
+    return value
+
+
+@given(MESSAGES, TOOLS, st.data())
+def test_equal_requests_under_the_allowed_normalisations_have_equal_keys(
+        messages: list[dict[str, Any]], tools: list[Any], data: st.DataObject) -> None:
+    plain = chat_key(messages=messages, tools=tools)
+    variant = [dict(m) for m in messages]
+    for m in variant:
+        if data.draw(st.booleans()):
+            m["content"] = [{"type": "text", "text": m["content"]}]
+        if data.draw(st.booleans()):
+            m["name"] = None
+    extra = {"tool_choice": "auto"} if not tools and data.draw(st.booleans()) else {}
+    if data.draw(st.booleans()):
+        extra["response_format"] = {"type": "text"}
+    request = shuffled_keys({"messages": variant, "tools": tools or None, **extra}, data)
+    assert chat_key(**request) == plain
+
+
+@given(MESSAGES, st.data())
+def test_any_change_to_a_text_a_role_the_order_or_the_tools_changes_the_key(
+        messages: list[dict[str, Any]], data: st.DataObject) -> None:
+    plain = chat_key(messages=messages)
+    i = data.draw(st.integers(0, len(messages) - 1))
+    changed = [dict(m) for m in messages]
+    change = data.draw(st.sampled_from(["text", "role", "order", "tools"]))
+    if change == "text":
+        changed[i]["content"] = data.draw(TEXT.filter(lambda t: t != messages[i]["content"]))
+    elif change == "role":
+        changed[i]["role"] = data.draw(ROLE.filter(lambda r: r != messages[i]["role"]))
+    elif change == "order":
+        order = data.draw(st.permutations(range(len(messages))))
+        changed = [changed[j] for j in order]
+        if changed == messages:
+            return
+    else:
+        assert chat_key(messages=messages, tools=[TOOL]) != plain
+        return
+    assert chat_key(messages=changed) != plain

@@ -201,3 +201,27 @@ def test_records_keep_where_they_came_from(tmp_path: Path) -> None:
     entry = next(iter(load([path], progress=False).index.models[MODEL].entries.values()))
     assert entry_of(entry).instances[0].where == f"{path}:1"
     assert CHAT_PATH in record["endpoint"]
+
+
+def test_an_unreadable_file_is_named_and_can_be_skipped(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "good.jsonl", [good()])
+    os.symlink(tmp_path / "gone.jsonl", tmp_path / "dangling.jsonl")
+    assert load_error(tmp_path) == f"{tmp_path / 'dangling.jsonl'}: cannot read: " \
+                                   "No such file or directory"
+    loaded = load([tmp_path], skip_bad_lines=True, progress=False)
+    assert loaded.index.models[MODEL].records == 1
+    assert [e.file for e in loaded.ctx.bad_lines] == [str(tmp_path / "dangling.jsonl")]
+
+
+def test_huge_lines_load(tmp_path: Path) -> None:
+    big = chat_record("q" * 3_000_000, chat_response("a" * 3_000_000)).to_json()
+    path = write_jsonl(tmp_path / "big.jsonl", [big, good("small")])
+    assert load([path], progress=False).index.models[MODEL].records == 2
+
+
+def test_duplicate_records_are_one_generation_served_any_number_of_times(
+        tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "dup.jsonl", [good(), good(), good()])
+    index = load([path], progress=False).index
+    assert index.models[MODEL].records == 3 and len(index.models[MODEL].entries) == 1
+    assert entry_of(next(iter(index.models[MODEL].entries.values()))).uniform
