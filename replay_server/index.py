@@ -297,9 +297,12 @@ def choose(entry: Entry | Exchange, n: int, params: bytes, rules: Rules, cursors
         reasons = "; ".join(i.unusable or "" for i in entry.unusable[:3])
         raise Unusable(f"this prompt was saved, but its saved answer cannot be replayed: "
                        f"{reasons}")
+    uniform = entry.uniform
     if rules.strict:
         instances = _same_params(instances, params)
-    if entry.uniform:
+        uniform = uniform or sum(i.size for i in instances) == 1
+        cursor_key = (cursor_key, params)
+    if uniform:
         if n == 1:
             return [instances[0].samples()[0]], None
         return _whole(instances, n), None
@@ -341,7 +344,10 @@ def _whole(instances: list[Instance], n: int) -> Selection:
 
 
 def _same_params(instances: list[Instance], params: bytes) -> list[Instance]:
-    same = [i for i in instances if i.exchanges[0].params == params]
+    """The instances, keeping only the exchanges saved with these sampling parameters
+    (repeats saved with different seeds are told apart by their seed)."""
+    same = [Instance(i.where, kept) for i in instances
+            if (kept := [e for e in i.exchanges if e.params == params])]
     if same:
         return same
     saved = orjson.loads(instances[0].exchanges[0].params)

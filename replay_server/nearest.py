@@ -42,26 +42,35 @@ def flatten(prompt: dict[str, Any]) -> str:
 
 @dataclass
 class Catalog:
-    flats: list[str]
-    prompts: list[dict[str, Any]]
+    """Saved prompts sorted by their flattened form. Only the canonical JSON of each is
+    kept (an exact-size copy: orjson's own result holds several times its size); the
+    flattened form is recomputed for the few prompts a search looks at."""
+
+    prompts: list[bytes]
     wheres: list[str]
 
     @classmethod
     def build(cls, saved: Iterable[tuple[dict[str, Any], str]]) -> Catalog:
-        unique: dict[bytes, tuple[str, dict[str, Any], str]] = {}
+        unique: dict[bytes, tuple[str, str]] = {}
         for prompt, where in saved:
-            unique.setdefault(keys.canonical(prompt), (flatten(prompt), prompt, where))
-        rows = sorted(unique.values(), key=lambda r: r[0])
-        return cls([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+            canonical = memoryview(keys.canonical(prompt)).tobytes()
+            if canonical not in unique:
+                unique[canonical] = (flatten(prompt), where)
+        rows = sorted(unique.items(), key=lambda item: item[1][0])
+        return cls([canonical for canonical, _ in rows], [where for _, (_, where) in rows])
 
     def nearest(self, prompt: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
-        if not self.flats:
+        if not self.prompts:
             return None
         flat = flatten(prompt)
-        i = bisect.bisect_left(self.flats, flat)
-        around = [j for j in (i - 1, i) if 0 <= j < len(self.flats)]
-        best = max(around, key=lambda j: _common(self.flats[j], flat))
-        return self.prompts[best], self.wheres[best]
+        i = bisect.bisect_left(self.prompts, flat, key=_flat)
+        around = [j for j in (i - 1, i) if 0 <= j < len(self.prompts)]
+        best = max(around, key=lambda j: _common(_flat(self.prompts[j]), flat))
+        return orjson.loads(self.prompts[best]), self.wheres[best]
+
+
+def _flat(canonical: bytes) -> str:
+    return flatten(orjson.loads(canonical))
 
 
 def _common(a: str, b: str) -> int:

@@ -230,3 +230,14 @@ def test_token_id_prompts_are_keyed_as_token_ids() -> None:
     assert orjson.loads(reply.body)["choices"][0]["text"] == "x"
     with pytest.raises(errors.NoMatch, match="token ids differ at token 2"):
         r.handle(COMPLETION_PATH, orjson.dumps({"model": MODEL, "prompt": [1, 2, 4]}))
+
+
+def test_strict_mode_tells_seeded_repeats_apart_by_their_seed() -> None:
+    records = [chat_record("q", chat_response(t), instance="doc", line=i, seed=seed)
+               for i, (t, seed) in enumerate([("x", 137), ("y", 190), ("z", 72)])]
+    strict = replayer(records, Rules(strict=True))
+    assert texts(ask(strict, "q", seed=190)) == ["y"]
+    assert texts(ask(strict, "q", seed=190)) == ["y"]
+    assert texts(ask(strict, "q", seed=72)) == ["z"]
+    loose = replayer(records)
+    assert [texts(ask(loose, "q", seed=190))[0] for _ in range(3)] == ["x", "y", "z"]
