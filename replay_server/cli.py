@@ -82,8 +82,10 @@ def main() -> None:
 def serve(paths: tuple[str, ...], **options: Any) -> None:
     """Serve the saved runs in PATHS (files or directories) over the OpenAI API.
 
-    Reads replay-server records (.jsonl) and OpenAI Batch input + output files. Point any
-    harness at it with OPENAI_BASE_URL=http://HOST:PORT/v1.
+    Reads, as they are: replay-server records (.jsonl, from `record` or `convert`), OpenAI
+    Batch input + output files, lm-evaluation-harness --log_samples output, inspect_ai
+    logs (.eval, .json), olmo-eval and oe-eval output directories; or one index file
+    (`replay-server index`). Point any harness at it with OPENAI_BASE_URL=http://HOST:PORT/v1.
     """
     settings = _settings(options)
     try:

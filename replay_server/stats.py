@@ -47,7 +47,11 @@ class Stats:
             # every sample is the same generation: all of them are used
             picks = [(e, None) for i in entry.instances for e in i.exchanges]
         for exchange, choice in picks:
-            used = self.used.setdefault(exchange.start, set())
+            used = self.used.get(exchange.start)
+            if used is None:
+                used = self.used[exchange.start] = set()
+            elif len(used) == exchange.n:
+                continue  # all used already: the usual repeat, kept cheap
             before = len(used)
             used.update(range(exchange.n) if choice is None else (choice,))
             self.used_samples[model] += len(used) - before
