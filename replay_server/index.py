@@ -178,9 +178,22 @@ class Index:
 
 
 def _signature(choice: dict[str, Any]) -> bytes:
-    """What makes a generation the same one: everything but its index and logprobs."""
-    rest = {k: v for k, v in choice.items() if k not in ("index", "logprobs")}
-    return hashlib.blake2b(keys.canonical(rest), digest_size=8).digest()
+    """What makes a generation the same one: its text, reasoning, tool calls and
+    finish_reason; not its index, logprobs, or fields one server (or a client's record of
+    a stream) adds and another leaves out. Where tool calls were made, an empty content
+    and a null one are the same (a stream sends "", a body null)."""
+    message = choice.get("message")
+    if isinstance(message, dict):
+        calls = [((c.get("function") or {}).get("name"), (c.get("function") or {}).get(
+            "arguments")) for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+        content = message.get("content")
+        same = [content or None if calls else content,
+                message.get("reasoning", message.get("reasoning_content")),
+                calls, message.get("function_call"), message.get("refusal"),
+                choice.get("finish_reason")]
+    else:
+        same = [choice.get("text"), choice.get("finish_reason")]
+    return hashlib.blake2b(keys.canonical({"s": same}), digest_size=8).digest()
 
 
 def entry_of(value: Entry | Exchange) -> Entry:

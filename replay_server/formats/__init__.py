@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from .base import LoadContext, Reader
+from .inspect_ai import InspectAIReader
+from .lm_eval import LmEvalReader
 from .native import NativeReader
+from .oe_eval import OeEvalReader
+from .olmo_eval import OlmoEvalReader
 from .openai_batch import OpenAIBatchReader
 
-READERS: list[Reader] = [NativeReader(), OpenAIBatchReader()]
+READERS: list[Reader] = [NativeReader(), OpenAIBatchReader(), LmEvalReader(),
+                          InspectAIReader(), OlmoEvalReader(), OeEvalReader()]
 
 __all__ = ["READERS", "LoadContext", "Reader"]
