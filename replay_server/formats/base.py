@@ -15,10 +15,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..errors import LoadError
-from ..records import Record
+from ..records import Record, iter_jsonl, parse_line
 
 
 class Reader(Protocol):
@@ -56,3 +56,20 @@ class LoadContext:
 
     def progress(self, nbytes: int) -> None:
         self.on_progress(nbytes)
+
+
+def json_lines(path: Path, ctx: LoadContext) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) of each non-blank line of a JSONL file, reporting
+    progress; a line that is not JSON goes to `ctx.bad` (which stops the load unless the
+    user asked to skip bad lines)."""
+    file = str(path)
+    for line, raw, size in iter_jsonl(path):
+        ctx.progress(size)
+        if not raw:
+            continue
+        try:
+            value = parse_line(raw, file, line)
+        except LoadError as error:
+            ctx.bad(error)
+            continue
+        yield line, value

@@ -45,11 +45,9 @@ from ..records import (
     MARKER,
     RECORD_VERSION,
     Record,
-    iter_jsonl,
-    parse_line,
     validate,
 )
-from .base import LoadContext
+from .base import LoadContext, json_lines
 
 HARNESS = "lm-eval"
 PLACEHOLDER = "LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER"
@@ -134,12 +132,8 @@ def _model_args(value: Any) -> dict[str, Any]:
 def _read_samples(path: Path, task: str, run: Run, ctx: LoadContext) -> Iterator[Record]:
     file = str(path)
     seen: dict[Any, tuple[int, bytes]] = {}
-    for line, raw, size in iter_jsonl(path):
-        ctx.progress(size)
-        if not raw:
-            continue
+    for line, row in json_lines(path, ctx):
         try:
-            row = parse_line(raw, file, line)
             arguments, resps = _row(row, file, line)
             digest = hashlib.blake2b(orjson.dumps([arguments, resps]), digest_size=16).digest()
             first = seen.setdefault(row["doc_id"], (line, digest))

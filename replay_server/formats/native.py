@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import LoadError
-from ..records import MARKER, Record, iter_jsonl, parse_line, validate
-from .base import LoadContext
+from ..records import MARKER, Record, validate
+from .base import LoadContext, json_lines
 
 
 class NativeReader:
@@ -22,11 +22,10 @@ class NativeReader:
 
     def _read_file(self, path: Path, ctx: LoadContext) -> Iterator[Record]:
         file = str(path)
-        for line, raw, size in iter_jsonl(path):
-            ctx.progress(size)
-            if not raw:
-                continue
+        for line, value in json_lines(path, ctx):
             try:
-                yield validate(parse_line(raw, file, line), file, line)
+                record = validate(value, file, line)
             except LoadError as error:
                 ctx.bad(error)
+                continue
+            yield record

@@ -25,14 +25,12 @@ from ..records import (
     MARKER,
     RECORD_VERSION,
     Record,
-    iter_jsonl,
-    parse_line,
     split_batch,
     split_prompts,
     strip_transport,
 )
 from ..records import validate as validate_record
-from .base import LoadContext
+from .base import LoadContext, json_lines
 
 HARNESS = "openai-batch"
 
@@ -85,19 +83,12 @@ class OpenAIBatchReader:
                 yield from self._records(given, None, source, failure, ctx)
 
     def _lines(self, path: Path, ctx: LoadContext) -> Iterator[tuple[int, dict[str, Any]]]:
-        file = str(path)
-        for line, raw, size in iter_jsonl(path):
-            ctx.progress(size)
-            if not raw:
-                continue
-            try:
-                obj = parse_line(raw, file, line)
-                if not isinstance(obj, dict) or not isinstance(obj.get("custom_id"), str):
-                    raise LoadError(file, line, "expected an object with a string",
-                                    field="custom_id")
+        for line, obj in json_lines(path, ctx):
+            if isinstance(obj, dict) and isinstance(obj.get("custom_id"), str):
                 yield line, obj
-            except LoadError as error:
-                ctx.bad(error)
+            else:
+                ctx.bad(LoadError(str(path), line, "expected an object with a string",
+                                  field="custom_id"))
 
     def _add_input(self, inputs: dict[str, _Input], obj: dict[str, Any], file: str, line: int,
                    ctx: LoadContext) -> None:

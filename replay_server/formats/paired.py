@@ -22,8 +22,7 @@ from typing import Any
 import orjson
 
 from ..errors import LoadError
-from ..records import iter_jsonl, parse_line
-from .base import LoadContext
+from .base import LoadContext, json_lines
 
 Key = tuple[int, int]
 
@@ -59,15 +58,7 @@ class Row:
 def rows(path: Path, ctx: LoadContext) -> Iterator[Row]:
     """Each row of a JSONL file; a line that is not a JSON object goes to `ctx.bad`."""
     file = str(path)
-    for line, raw, size in iter_jsonl(path):
-        ctx.progress(size)
-        if not raw:
-            continue
-        try:
-            obj = parse_line(raw, file, line)
-        except LoadError as error:
-            ctx.bad(error)
-            continue
+    for line, obj in json_lines(path, ctx):
         if isinstance(obj, dict):
             yield Row(file, line, obj)
         else:
