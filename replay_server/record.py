@@ -234,7 +234,7 @@ class _Relay(Response):
         try:
             await send({"type": "http.response.start", "status": self.status_code,
                         "headers": self.raw_headers})
-            async for chunk in self.reply.aiter_raw():
+            async for chunk in _until(self.reply.aiter_raw(), gone):
                 if not (saved or broken):
                     try:
                         if aggregator.feed(chunk) and not gone.is_set():
@@ -256,6 +256,25 @@ class _Relay(Response):
             await self.reply.aclose()
             if not saved:
                 self.recorder.counts["aborted"] += 1
+
+
+async def _until(chunks: AsyncIterator[bytes], gone: asyncio.Event) -> AsyncIterator[bytes]:
+    """The upstream's chunks until it ends or the client leaves, whichever comes first: a
+    client that leaves stops the read at once, so the upstream stops generating too."""
+    stop = asyncio.ensure_future(gone.wait())
+    try:
+        while True:
+            step = asyncio.ensure_future(anext(chunks))
+            await asyncio.wait({step, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                step.cancel()
+                return
+            try:
+                yield step.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        stop.cancel()
 
 
 async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:

@@ -99,7 +99,9 @@ def bind(host: str, port: int) -> tuple[socket.socket, str]:
     sock.bind((host, port))
     sock.listen(2048)
     bound_host, bound_port = sock.getsockname()[:2]
-    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    # bound to every address: show the one a client on this machine can use
+    shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(bound_host, bound_host)
+    shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
     return sock, f"http://{shown}:{bound_port}/v1"
 
 
