@@ -7,6 +7,7 @@
     │   └── ModelNotFound        404, like vLLM: "The model `X` does not exist."
     ├── MethodNotAllowed         405
     ├── PayloadTooLarge          413
+    ├── BadGateway               502, the recorder's upstream cannot be reached
     └── ReplayError              422, a replay decision; `code` says which
         ├── NoMatch              replay_no_match
         ├── Unusable             replay_unusable
@@ -104,6 +105,14 @@ class MethodNotAllowed(ReplayServerError):
 class PayloadTooLarge(ReplayServerError):
     status = 413
     type = "PayloadTooLarge"
+
+
+class BadGateway(ReplayServerError):
+    """Only the recorder sends it, and without `x-should-retry: false`: retrying an
+    upstream that could not be reached can succeed."""
+
+    status = 502
+    type = "BadGatewayError"
 
 
 class ReplayError(ReplayServerError):

@@ -57,7 +57,9 @@ _HOP = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "cont
 
 
 def _forward_headers(headers: Any) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _HOP}
+    # Surrounding whitespace is not part of a header value (RFC 9110 5.5), and httpx
+    # refuses to send one: lm-eval sends `Authorization: Bearer ` when no key is set.
+    return {k: v.strip() for k, v in headers.items() if k.lower() not in _HOP}
 
 
 class RecordWriter:
@@ -294,9 +296,10 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
 def _unreachable(upstream: str, error: Exception) -> Response:
     """502 in the OpenAI envelope. Unlike a replay error, retrying this can succeed, so it
     does not say `x-should-retry: false`."""
-    body = errors.ReplayServerError(f"the recorder could not reach the upstream server "
-                                    f"{upstream}: {type(error).__name__}: {error}").body()
-    return Response(orjson.dumps(body), 502, media_type="application/json")
+    unreachable = errors.BadGateway(f"the recorder could not reach the upstream server "
+                                    f"{upstream}: {type(error).__name__}: {error}")
+    return Response(orjson.dumps(unreachable.body()), unreachable.status,
+                    media_type="application/json")
 
 
 def create_record_app(recorder: Recorder) -> FastAPI:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import re
 import signal
 import subprocess
@@ -298,3 +299,28 @@ def test_sigkill_loses_no_acknowledged_exchange_and_leaves_no_torn_line(
              for line in data.splitlines()}
     assert set(acknowledged) <= saved
     assert load([out], progress=False).index.models[MODEL].records == len(saved)
+
+
+def test_header_values_are_forwarded_without_surrounding_spaces(
+        recorder: tuple[str, Recorder], tmp_path: Path) -> None:
+    """lm-eval sends `Authorization: Bearer ` (no key set); httpx refuses to send that."""
+    host, port = recorder[0].removeprefix("http://").removesuffix("/v1").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.request("POST", "/v1/chat/completions", headers={"Authorization": "Bearer ",
+                                                          "Content-Type": "application/json"},
+                 body=orjson.dumps({"model": MODEL, "messages": question(40)}))
+    assert conn.getresponse().status == 200
+    conn.close()
+    assert recorder[1].counts["recorded"] == 1
+
+
+def test_an_unreachable_upstream_is_a_502_in_the_envelope(tmp_path: Path) -> None:
+    from .support import free_port
+
+    rec = Recorder(f"http://127.0.0.1:{free_port()}", RecordWriter(tmp_path / "run.jsonl"))
+    with running(create_record_app(rec)) as url:
+        r = httpx.post(url + "/chat/completions", json={"model": MODEL, "messages": question(1)})
+    rec.writer.close()
+    assert r.status_code == 502
+    assert r.json()["error"]["type"] == "BadGatewayError" and r.json()["error"]["code"] == 502
+    assert "x-should-retry" not in r.headers
