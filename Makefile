@@ -25,7 +25,7 @@ serve: $(VENV)/.installed
 	$(BIN)/replay-server serve examples/ --port $(PORT)
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check replay_server tests
+	$(BIN)/ruff check replay_server tests bench
 	$(BIN)/mypy
 
 test: lint

@@ -10,6 +10,7 @@ raises it, leaves as the OpenAI envelope with `x-should-retry: false`.
 
 from __future__ import annotations
 
+import gc
 import hmac
 import logging
 from typing import Any
@@ -66,13 +67,7 @@ class ReplayEndpoint:
             await send_error(send, internal_error(exc))
             return
         await send({"type": "http.response.start", "status": 200, "headers": reply.headers})
-        if reply.body is not None:
-            await send({"type": "http.response.body", "body": reply.body})
-            return
-        assert reply.stream is not None
-        for chunk in reply.stream:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
+        await send({"type": "http.response.body", "body": reply.body})
 
     async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
         for name, value in scope["headers"]:
@@ -190,7 +185,13 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 
 
 def create_app(settings: Settings, index: Index, prompts: PromptSource | None = None) -> FastAPI:
-    """The whole server for one loaded index. `prompts` feeds miss diagnostics."""
+    """The whole server for one loaded index. `prompts` feeds miss diagnostics.
+
+    The index's objects are moved out of the garbage collector's sight (gc.freeze): they
+    live as long as the server, and a full collection walking millions of them would
+    stall requests."""
+    gc.collect()
+    gc.freeze()
     replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous), prompts)
     app = ReplayApp(title="replay-server", version="0.1.0",
                     description="Replays saved LLM generations over the OpenAI API.")

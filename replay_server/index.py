@@ -53,7 +53,7 @@ class Bodies:
     """
 
     def __init__(self) -> None:
-        self.buffer = bytearray()
+        self.buffer: bytearray | bytes = bytearray()
 
     def add(self, body: bytes) -> tuple[int, int]:
         start = len(self.buffer)
@@ -62,6 +62,10 @@ class Bodies:
 
     def get(self, start: int, size: int) -> bytes:
         return bytes(memoryview(self.buffer)[start:start + size])
+
+    def freeze(self) -> None:
+        """Drop the spare room a growing buffer keeps (an eighth of it, or more)."""
+        self.buffer = bytes(self.buffer)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Bodies) and other.buffer == self.buffer
@@ -264,6 +268,7 @@ class Builder:
         return entry
 
     def build(self, aliases: dict[str, str] | None = None) -> Index:
+        self._bodies.freeze()
         for run in self._models.values():
             for key, value in run.entries.items():
                 if isinstance(value, Entry):

@@ -87,19 +87,28 @@ def _normalise_content(message: Any) -> Any:
     return message
 
 
+def _message(message: Any) -> Any:
+    # The usual message, only strings, is already normal: checked in one pass, not copied.
+    if type(message) is dict:
+        for value in message.values():
+            if type(value) is not str:
+                return _normalise_content(drop_nulls(message))
+    return message
+
+
 def chat_prompt(request: dict[str, Any]) -> dict[str, Any]:
     """The keyed part of a chat request, normalised."""
-    messages = [_normalise_content(m) for m in drop_nulls(request.get("messages"))]
+    messages = [_message(m) for m in request.get("messages") or ()]
     prompt: dict[str, Any] = {"v": KEY_VERSION, "kind": CHAT, "messages": messages}
-    tools = drop_nulls(request.get("tools"))
+    tools = request.get("tools")
     if tools:
-        prompt["tools"] = tools
-        tool_choice = drop_nulls(request.get("tool_choice"))
+        prompt["tools"] = drop_nulls(tools)
+        tool_choice = request.get("tool_choice")
         if tool_choice is not None:
-            prompt["tool_choice"] = tool_choice
-    response_format = drop_nulls(request.get("response_format"))
+            prompt["tool_choice"] = drop_nulls(tool_choice)
+    response_format = request.get("response_format")
     if response_format is not None and response_format != {"type": "text"}:
-        prompt["response_format"] = response_format
+        prompt["response_format"] = drop_nulls(response_format)
     return prompt
 
 

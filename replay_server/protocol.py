@@ -62,13 +62,12 @@ def _type_name(value: Any) -> str:
 
 
 def _check_types(data: dict[str, Any], endpoint: str) -> None:
-    for name, value in data.items():
-        spec = _TYPES.get(name)
-        if spec is None or value is None:
+    for name in data.keys() & _TYPES.keys():
+        value = data[name]
+        if value is None:
             continue
-        types, words = spec
-        ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
-        if not ok:
+        types, words = _TYPES[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise BadRequest(f"`{name}` must be {words}, got {_type_name(value)}", param=name)
     logprobs = data.get("logprobs")
     if logprobs is not None:

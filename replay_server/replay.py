@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import ChainMap
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -40,8 +40,7 @@ PromptSource = Callable[[str], Iterable[tuple[dict[str, Any], str]]]
 @dataclass(slots=True)
 class Reply:
     headers: list[tuple[bytes, bytes]]
-    body: bytes | None = None
-    stream: Iterator[bytes] | None = None
+    body: bytes
 
 
 def _header_value(where: str) -> bytes:
@@ -86,10 +85,11 @@ class Replayer:
         if not request.stream:
             body = responses.encode(selections)
             length = (b"content-length", str(len(body)).encode())
-            return Reply(JSON_HEADERS + [length] + headers, body=body)
-        full = responses.body(selections)
-        return Reply(SSE_HEADERS + headers,
-                     stream=responses.chunks(endpoint, full, request.include_usage))
+            return Reply(JSON_HEADERS + [length] + headers, body)
+        # Every event is known at once: one write of all of them (chunked, no length),
+        # rather than one per event, which only costs time.
+        events = responses.chunks(endpoint, responses.body(selections), request.include_usage)
+        return Reply(SSE_HEADERS + headers, b"".join(events))
 
     def _select(self, run: ModelRun, request: protocol.ReplayRequest, i: int,
                 prompt: dict[str, Any], moves: list[tuple[Any, int]]
