@@ -55,7 +55,10 @@ def test_serving_the_index_answers_like_serving_the_files(built: Path) -> None:
             ("Name a primary color in one word.", 1), ("Write a haiku about rescoring.", 1)]
 
     def answers(url: str) -> list[object]:
-        client = openai.OpenAI(base_url=url, api_key="x")
+        with openai.OpenAI(base_url=url, api_key="x") as client:
+            return asked(client)
+
+    def asked(client: openai.OpenAI) -> list[object]:
         out: list[object] = []
         for text, n in asks:
             r = client.chat.completions.with_raw_response.create(
