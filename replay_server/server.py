@@ -66,7 +66,8 @@ def snippet_lines(opened: Opened, base_url: str) -> list[str]:
         lines.append(f"  curl -s {base_url.removesuffix('/v1')}{endpoint} "
                      f"-H 'Content-Type: application/json' -d {shlex.quote(data)}")
         if endpoint == CHAT_PATH:
-            lines += ["  python - <<'EOF'", "  from openai import OpenAI",
+            lines += ["  # or, with the openai package installed (pip install openai):",
+                      "  python - <<'EOF'", "  from openai import OpenAI",
                       f"  r = OpenAI().chat.completions.create(model={model!r}, "
                       f"messages={prompt['messages']!r})",
                       "  print(r.choices[0].message.content)", "  EOF"]
