@@ -41,6 +41,7 @@ from .errors import (
     ParamsMismatch,
     Unusable,
 )
+from .nearest import PromptCatalog
 from .records import CHAT_PATH, Record, where_of
 
 
@@ -175,7 +176,7 @@ class Index:
             raise ModelNotFound(model, sorted(self.models))
         return run
 
-    def catalog(self, model: str, kind: str) -> Any:
+    def catalog(self, model: str, kind: str) -> PromptCatalog | None:
         """A prompt catalog the index keeps itself, if any (see store.py); else None and
         the server builds one from the saved files on the first miss."""
         return None

@@ -9,10 +9,9 @@ misses, from the same records the index was built from: a run with no misses pay
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -60,13 +59,33 @@ class Catalog:
         return cls([canonical for canonical, _ in rows], [where for _, (_, where) in rows])
 
     def nearest(self, prompt: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
-        if not self.prompts:
+        best = closest(lambda i: _flat(self.prompts[i]), len(self.prompts), flatten(prompt))
+        if best is None:
             return None
-        flat = flatten(prompt)
-        i = bisect.bisect_left(self.prompts, flat, key=_flat)
-        around = [j for j in (i - 1, i) if 0 <= j < len(self.prompts)]
-        best = max(around, key=lambda j: _common(_flat(self.prompts[j]), flat))
         return orjson.loads(self.prompts[best]), self.wheres[best]
+
+
+class PromptCatalog(Protocol):
+    """Anything that finds the saved prompt nearest to a request: this module's in-memory
+    Catalog, or the one an index file keeps (store.StoredCatalog)."""
+
+    def nearest(self, prompt: dict[str, Any]) -> tuple[dict[str, Any], str] | None: ...
+
+
+def closest(flat_at: Callable[[int], str], count: int, flat: str) -> int | None:
+    """Of `count` items sorted by their flattened form (`flat_at(i)`), the one sharing the
+    longest prefix with `flat`: a neighbour of its insertion point, found by bisection."""
+    low, high = 0, count
+    while low < high:
+        mid = (low + high) // 2
+        if flat_at(mid) < flat:
+            low = mid + 1
+        else:
+            high = mid
+    around = [i for i in (low - 1, low) if 0 <= i < count]
+    if not around:
+        return None
+    return max(around, key=lambda i: _common(flat_at(i), flat))
 
 
 def _flat(canonical: bytes) -> str:

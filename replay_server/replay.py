@@ -23,7 +23,7 @@ import orjson
 from . import keys, protocol, responses
 from .errors import NoMatch, ReplayError, ReplayServerError
 from .index import Entry, Exchange, Index, ModelRun, Rules, Selection, choose
-from .nearest import Catalog, first_difference
+from .nearest import Catalog, PromptCatalog, first_difference
 from .records import CHAT_PATH
 from .stats import Stats
 
@@ -138,12 +138,12 @@ class Replayer:
         error.detail = detail
         return error
 
-    def catalog(self, model: str, kind: str) -> Catalog:
+    def catalog(self, model: str, kind: str) -> PromptCatalog:
         """The saved prompts of one model and endpoint kind, sorted for nearest-prompt
         search; built on the first miss that needs them."""
         kept = self.index.catalog(model, kind)
         if kept is not None:
-            return kept  # type: ignore[no-any-return]
+            return kept
         with self._catalog_lock:
             catalog = self._catalogs.get((model, kind))
             if catalog is None:

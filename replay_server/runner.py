@@ -136,8 +136,9 @@ def run(paths: Sequence[str | Path], settings: Settings, command: Sequence[str],
     if code != 0:
         say(f"replay-server run: COMMAND failed with exit status {code}")
         return code
-    if missed(replayer):
-        say(f"replay-server run: {missed(replayer)} request(s) got no saved generation: failing")
+    misses = missed(replayer)
+    if misses:
+        say(f"replay-server run: {misses} request(s) got no saved generation: failing")
         return MISSED
     unused = sum(replayer.stats.unused(m) for m in replayer.index.models)
     if require_all and unused:

@@ -32,7 +32,7 @@ from . import keys
 from .errors import LoadError
 from .index import Bodies, Entry, Exchange, Index, Instance, ModelRun
 from .loader import Loaded
-from .nearest import flatten
+from .nearest import closest, flatten
 from .records import CHAT_PATH, COMPLETION_PATH
 
 FORMAT = "replay-server index"
@@ -205,25 +205,13 @@ class StoredCatalog:
         return flatten(orjson.loads(row[0]))
 
     def nearest(self, prompt: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
-        flat = flatten(prompt)
-        low, high = self.first, self.last + 1
-        while low < high:
-            mid = (low + high) // 2
-            if self._flat(mid) < flat:
-                low = mid + 1
-            else:
-                high = mid
-        around = [i for i in (low - 1, low) if self.first <= i <= self.last]
-        if not around:
+        best = closest(lambda i: self._flat(self.first + i), self.last - self.first + 1,
+                       flatten(prompt))
+        if best is None:
             return None
-        best = max(around, key=lambda i: _common(self._flat(i), flat))
         saved, place = self.db.execute("SELECT prompt, place FROM prompts WHERE id = ?",
-                                       (best,)).fetchone()
+                                       (self.first + best,)).fetchone()
         return orjson.loads(saved), str(place)
-
-
-def _common(a: str, b: str) -> int:
-    return len(os.path.commonprefix([a, b]))
 
 
 class StoredIndex(Index):
