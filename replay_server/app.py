@@ -5,14 +5,17 @@ that `ReplayApp` calls first, ahead of FastAPI's middleware, routing, dependency
 response machinery, which costs several times the replay work itself. They are also
 mounted as routes (so a GET on them is a 405, not a 404) and documented in the OpenAPI
 schema. Everything else is ordinary FastAPI, in `routes.py`. Every error, whichever layer
-raises it, leaves as the OpenAI envelope with `x-should-retry: false`.
+raises it, leaves as the OpenAI envelope with `x-should-retry: false`, and every error
+sent for a POST or a /v1 route is counted (`Stats`), so that `run` fails on it even when
+the harness swallows it.
 """
 
 from __future__ import annotations
 
-import gc
+import asyncio
 import hmac
 import logging
+import time
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -23,12 +26,19 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from . import errors, protocol
-from .errors import BadRequest, PayloadTooLarge, ReplayServerError, Unauthorized
-from .index import Index, Rules
+from . import __version__, errors, protocol
+from .errors import (
+    BadRequest,
+    PayloadTooLarge,
+    ReplayServerError,
+    RequestTimeout,
+    Unauthorized,
+)
+from .index import Index
 from .records import ENDPOINTS
-from .replay import PromptSource, Replayer
+from .replay import Replayer
 from .routes import router
+from .samples import Rules
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -49,22 +59,29 @@ def internal_error(exc: BaseException) -> ReplayServerError:
 class ReplayEndpoint:
     """POST /v1/chat/completions or /v1/completions, as a plain ASGI app."""
 
-    def __init__(self, replayer: Replayer, endpoint: str, max_body: int) -> None:
+    def __init__(self, replayer: Replayer, endpoint: str, max_body: int,
+                 read_timeout: float) -> None:
         self.replayer = replayer
         self.endpoint = endpoint
         self.max_body = max_body
+        self.read_timeout = read_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.replayer.stats.requests += 1
         try:
             body = await self._body(scope, receive)
             if body is None:
                 return
             reply = self.replayer.handle(self.endpoint, body)
         except ReplayServerError as error:
+            if error.status in (408, 413):  # handle() counts the errors it raises
+                self.replayer.count(None, self.endpoint, error)
             await send_error(send, error)
             return
         except Exception as exc:
-            await send_error(send, internal_error(exc))
+            failure = internal_error(exc)
+            self.replayer.count(None, self.endpoint, failure)
+            await send_error(send, failure)
             return
         await send({"type": "http.response.start", "status": 200, "headers": reply.headers})
         await send({"type": "http.response.body", "body": reply.body})
@@ -80,8 +97,14 @@ class ReplayEndpoint:
                     raise self._too_large(size)
         parts: list[bytes] = []
         total = 0
+        deadline = time.monotonic() + self.read_timeout
         while True:
-            message: Message = await receive()
+            try:
+                message: Message = await asyncio.wait_for(
+                    receive(), max(deadline - time.monotonic(), 0.001))
+            except TimeoutError:
+                raise RequestTimeout(f"the request body did not arrive within "
+                                     f"{self.read_timeout:g} s (--read-timeout)") from None
             if message["type"] == "http.disconnect":
                 return None
             chunk = message.get("body", b"")
@@ -97,27 +120,60 @@ class ReplayEndpoint:
                                f"accepts at most {self.max_body} (--max-body-size)")
 
 
+def _counted(scope: Scope) -> bool:
+    """Whether an answer to this request says something about the replay: any POST, and
+    anything on /v1 but the model list."""
+    path: str = scope["path"]
+    return bool(scope["method"] == "POST" or (path.startswith("/v1/") and path != "/v1/models"))
+
+
 class ReplayApp(FastAPI):
     """A FastAPI app that sends POSTs to the replay endpoints straight to them, ahead of
     its middleware, routing and response machinery; with an API key, it first turns away
     every request but `GET /health` that does not carry `Authorization: Bearer KEY`."""
 
     fast_paths: dict[str, ReplayEndpoint]
+    replayer: Replayer
     api_key: bytes | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.api_key is not None and scope["type"] == "http" \
-                and scope["path"] != "/health" and not self._authorized(scope):
-            await send_error(send, Unauthorized(
-                "missing or wrong API key: send the header `Authorization: Bearer KEY` with "
-                "the key this server was started with (--api-key or REPLAY_SERVER_API_KEY)"))
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
             return
-        if scope["type"] == "http" and scope["method"] == "POST":
+        if self.api_key is not None and scope["path"] != "/health" \
+                and not self._authorized(scope):
+            error = Unauthorized(
+                "missing or wrong API key: send the header `Authorization: Bearer KEY` with "
+                "the key this server was started with (--api-key or REPLAY_SERVER_API_KEY)")
+            if _counted(scope):
+                self.replayer.stats.requests += 1
+                self.replayer.count(None, scope["path"], error)
+            await send_error(send, error)
+            return
+        if scope["method"] == "POST":
             endpoint = self.fast_paths.get(scope["path"])
             if endpoint is not None:
                 await endpoint(scope, receive, send)
                 return
-        await super().__call__(scope, receive, send)
+        if not _counted(scope):
+            await super().__call__(scope, receive, send)
+            return
+        self.replayer.stats.requests += scope["method"] == "POST"
+        await super().__call__(scope, receive, self._counting(scope, send))
+
+    def _counting(self, scope: Scope, send: Send) -> Send:
+        """`send`, counting an error answer to a request on the API (an unknown /v1 route,
+        a wrong method): a harness that swallows it would otherwise pass."""
+
+        async def counting(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                error = ReplayServerError(f"HTTP {message['status']} for {scope['method']} "
+                                          f"{scope['path']}")
+                error.status = message["status"]
+                self.replayer.count(None, scope["path"], error)
+            await send(message)
+
+        return counting
 
     def _authorized(self, scope: Scope) -> bool:
         assert self.api_key is not None
@@ -174,35 +230,33 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                     "application/json": {"schema": protocol.SCHEMAS[path]}}},
                 "responses": {
                     "200": {"description": "The saved response, as the original server sent it"},
-                    "400": {"description": "Malformed request (OpenAI error envelope)"},
+                    "400": {"description": "Malformed request, or a replay error (no match, "
+                                           "ambiguous, n mismatch, exhausted, unusable, "
+                                           "params mismatch): the OpenAI error envelope, "
+                                           "`error.code` says which"},
                     "404": {"description": "Unknown model"},
                     "413": {"description": "Request body too large"},
-                    "422": {"description": "Replay error: no match, ambiguous, n mismatch, "
-                                           "exhausted or unusable"},
+                    "408": {"description": "The request arrived too slowly"},
                 }}}
         app.openapi_schema = schema
     return app.openapi_schema
 
 
-def create_app(settings: Settings, index: Index, prompts: PromptSource | None = None) -> FastAPI:
-    """The whole server for one loaded index. `prompts` feeds miss diagnostics.
-
-    The index's objects are moved out of the garbage collector's sight (gc.freeze): they
-    live as long as the server, and a full collection walking millions of them would
-    stall requests."""
-    gc.collect()
-    gc.freeze()
-    replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous), prompts)
-    app = ReplayApp(title="replay-server", version="0.1.0",
+def create_app(settings: Settings, index: Index) -> FastAPI:
+    """The whole server for one loaded index."""
+    replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous))
+    app = ReplayApp(title="replay-server", version=__version__,
                     description="Replays saved LLM generations over the OpenAI API.")
     app.state.replayer = replayer
     app.state.settings = settings
-    endpoints = {path: ReplayEndpoint(replayer, path, settings.max_body_size)
+    endpoints = {path: ReplayEndpoint(replayer, path, settings.max_body_size,
+                                      settings.read_timeout)
                  for path in ENDPOINTS}
     for path, endpoint in endpoints.items():
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))
     app.include_router(router)
     app.fast_paths = endpoints
+    app.replayer = replayer
     app.api_key = settings.api_key.encode() if settings.api_key else None
     app.add_exception_handler(HTTPException, _http_exception)
     app.add_exception_handler(ReplayServerError, _replay_error)

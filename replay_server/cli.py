@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import MISSING
@@ -15,6 +16,7 @@ import orjson
 from . import inspection, runner, server, store
 from .errors import LoadError
 from .loader import load, report_lines
+from .records import DEFAULT_MAX_LINE
 from .settings import SETTINGS, Settings, envvar, flag
 
 F = Callable[..., Any]
@@ -24,14 +26,19 @@ def _say(line: str) -> None:
     click.echo(line, err=True)
 
 
-def settings_options(**defaults: Any) -> Callable[[F], F]:
+def settings_options(*, leave_out: tuple[str, ...] = (), **defaults: Any
+                     ) -> Callable[[F], F]:
     """One click option per Settings field: flag, type, default, help and env variable.
-    `defaults` overrides a field's default for one command."""
-    return lambda command: _add_settings_options(command, defaults)
+    `defaults` overrides a field's default for one command; `leave_out` names fields the
+    command does not take."""
+    return lambda command: _add_settings_options(command, defaults, leave_out)
 
 
-def _add_settings_options(command: F, defaults: dict[str, Any]) -> F:
+def _add_settings_options(command: F, defaults: dict[str, Any], leave_out: tuple[str, ...]
+                          ) -> F:
     for setting in reversed(SETTINGS):
+        if setting.name in leave_out:
+            continue
         meta = setting.metadata
         default = defaults.get(setting.name, setting.default)
         default = default if default is not MISSING else None
@@ -49,6 +56,8 @@ def _add_settings_options(command: F, defaults: dict[str, Any]) -> F:
                 kwargs["type"] = click.Choice(meta["choices"])
             elif setting.type == "int":
                 kwargs["type"] = int
+            elif setting.type == "float":
+                kwargs["type"] = float
         command = click.option(flag(setting.name), setting.name, **kwargs)(command)
     return command
 
@@ -57,11 +66,19 @@ def _settings(options: dict[str, Any]) -> Settings:
     """Settings from parsed options, with logging set up as they say."""
     values: dict[str, Any] = {k: tuple(v) if isinstance(v, tuple | list) else v
                               for k, v in options.items()}
+    if values.get("api_key") is None and os.environ.get(envvar("api_key")) == "":
+        values["api_key"] = ""  # click reads an empty variable as unset: refused below
     settings = Settings(**values)
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     return settings
+
+
+_max_line = click.option(
+    "--max-line-size", type=int, default=DEFAULT_MAX_LINE, show_default=True,
+    envvar=envvar("max_line_size"), show_envvar=True,
+    help="Longest saved line read, in bytes; a longer one is a bad line, named.")
 
 
 def _fail(error: Exception) -> NoReturn:
@@ -87,8 +104,8 @@ def serve(paths: tuple[str, ...], **options: Any) -> None:
     logs (.eval, .json), olmo-eval and oe-eval output directories; or one index file
     (`replay-server index`). Point any harness at it with OPENAI_BASE_URL=http://HOST:PORT/v1.
     """
-    settings = _settings(options)
     try:
+        settings = _settings(options)
         server.serve(paths, settings, _say)
     except (LoadError, ValueError, OSError) as error:
         _fail(error)
@@ -101,7 +118,9 @@ def serve(paths: tuple[str, ...], **options: Any) -> None:
 @click.option("--skip-bad-lines", is_flag=True,
               help="Report bad lines instead of stopping at the first one (exit status 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def inspect(paths: tuple[str, ...], skip_bad_lines: bool, as_json: bool) -> None:
+@_max_line
+def inspect(paths: tuple[str, ...], skip_bad_lines: bool, as_json: bool,
+            max_line_size: int) -> None:
     """Show what `serve PATHS` would serve, without serving.
 
     Per source file and model: records loaded, rows skipped and why (with examples),
@@ -109,7 +128,8 @@ def inspect(paths: tuple[str, ...], skip_bad_lines: bool, as_json: bool) -> None
     1 when --skip-bad-lines skipped some lines, else 0.
     """
     try:
-        report = inspection.summary(load(paths, skip_bad_lines=skip_bad_lines))
+        report = inspection.summary(load(paths, skip_bad_lines=skip_bad_lines,
+                                         max_line=max_line_size))
     except LoadError as error:
         _fail(error)
     if as_json:
@@ -125,13 +145,16 @@ def inspect(paths: tuple[str, ...], skip_bad_lines: bool, as_json: bool) -> None
               help="The native JSONL file to write (replaced whole, never half-written).")
 @click.option("--skip-bad-lines", is_flag=True,
               help="Leave out lines that cannot be read, and report them, instead of stopping.")
-def convert(paths: tuple[str, ...], output: Path, skip_bad_lines: bool) -> None:
+@_max_line
+def convert(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
+            max_line_size: int) -> None:
     """Write every saved exchange in PATHS as replay-server records (one JSONL file).
 
     `serve OUTPUT` then answers exactly as `serve PATHS` does.
     """
     try:
-        count, ctx = inspection.convert(paths, output, skip_bad_lines=skip_bad_lines)
+        count, ctx = inspection.convert(paths, output, skip_bad_lines=skip_bad_lines,
+                                        max_line=max_line_size)
     except LoadError as error:
         _fail(error)
     _say(f"wrote {count} records to {output}")
@@ -171,14 +194,16 @@ def record(upstream: str, out: Path, host: str, port: int, log_level: str) -> No
               help="The index file to write (replaced whole, never half-written).")
 @click.option("--skip-bad-lines", is_flag=True,
               help="Leave out lines that cannot be read, and report them, instead of stopping.")
-def build_index(paths: tuple[str, ...], output: Path, skip_bad_lines: bool) -> None:
+@_max_line
+def build_index(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
+                max_line_size: int) -> None:
     """Compile the saved runs in PATHS into one index file, once.
 
     `serve OUTPUT` then starts at once whatever the run's size, keeps little in memory,
     and can use several worker processes (--workers) that share the file.
     """
     try:
-        loaded = load(paths, skip_bad_lines=skip_bad_lines)
+        loaded = load(paths, skip_bad_lines=skip_bad_lines, max_line=max_line_size)
         for line in report_lines(loaded):
             _say(line)
         prompts = store.write(loaded, output)
@@ -201,29 +226,35 @@ class _CommandAfterDashes(click.Command):
 
 @main.command(cls=_CommandAfterDashes)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--require-all", is_flag=True,
-              help="Also fail (exit 4) when saved generations were never asked for.")
+@click.option("--allow-unused", is_flag=True,
+              help="Pass even when saved samples were never asked for (a deliberate subset "
+              "of the saved run); by default that fails with exit status 4.")
+@click.option("--require-all", is_flag=True, hidden=True,
+              help="The default now; kept so that older scripts still run.")
 @click.option("--stop-on-miss", is_flag=True,
               help="Stop COMMAND at the first request that gets no saved generation.")
-@settings_options(port=0)
+@settings_options(port=0, leave_out=("workers",))
 @click.pass_context
-def run(ctx: click.Context, /, paths: tuple[str, ...], require_all: bool, stop_on_miss: bool,
-        **options: Any) -> None:
-    """Serve PATHS, run a harness against it, and fail the run on any miss.
+def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, require_all: bool,
+        stop_on_miss: bool, **options: Any) -> None:
+    """Serve PATHS, run a harness against it, and fail unless it rescored the saved run
+    exactly: every request answered, every saved sample asked for.
 
     Usage: replay-server run PATHS... [OPTIONS] -- COMMAND [ARGS...]
 
     COMMAND runs with OPENAI_BASE_URL and OPENAI_API_BASE set to the server and a dummy
-    OPENAI_API_KEY. Afterwards a report lists answers, misses with their reason and nearest
-    saved prompt, and saved generations never asked for. Exit status: COMMAND's own if it
-    failed; 3 if any request missed; 4 with --require-all if saved samples went unused.
+    OPENAI_API_KEY. Takes every `serve` option but --workers. Afterwards a report lists
+    answers, each distinct request that got no saved generation (with its attempts, reason
+    and nearest saved prompt), and saved generations never asked for. Exit status:
+    COMMAND's own if it failed; 3 if any request got no saved generation; 5 if no request
+    reached the server; 4 if saved samples went unused (unless --allow-unused); else 0.
     """
     command = ctx.meta.get("command") or []
     if not command:
         raise click.UsageError("give the command to run after `--`")
-    settings = _settings(options)
     try:
-        code = runner.run(paths, settings, command, require_all=require_all,
+        settings = _settings(options)
+        code = runner.run(paths, settings, command, allow_unused=allow_unused,
                           stop_on_miss=stop_on_miss, say=_say)
     except (LoadError, ValueError, OSError) as error:
         _fail(error)

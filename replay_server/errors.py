@@ -7,8 +7,9 @@
     │   └── ModelNotFound        404, like vLLM: "The model `X` does not exist."
     ├── MethodNotAllowed         405
     ├── PayloadTooLarge          413
+    ├── RequestTimeout           408, the client sent its request too slowly
     ├── BadGateway               502, the recorder's upstream cannot be reached
-    └── ReplayError              422, a replay decision; `code` says which
+    └── ReplayError              400, a replay decision; `code` says which
         ├── NoMatch              replay_no_match
         ├── Unusable             replay_unusable
         ├── Ambiguous            replay_ambiguous
@@ -20,7 +21,16 @@
 
 Every error body is `{"error": {"message", "type", "param", "code"}}` and carries
 `x-should-retry: false`. A replay decision is never 408, 409, 429 or 5xx: openai-python and
-inspect_ai retry those, and a retried miss only hides the miss.
+inspect_ai retry those, and a retried miss only hides the miss. It is 400, as OpenAI and
+vLLM answer an invalid request: litellm treats 422 as "unsupported parameter" (with
+`drop_params` it drops parameters, resends, and returns None).
+
+Some harnesses turn an error into a scored model answer when its message holds certain
+phrases (inspect_ai: "maximum context length", "input length", "max_tokens must be at
+least", and "blocked" under type invalid_request_error; evalscope: "context window",
+"maximum context length", "input length", "too many tokens"). Replay errors never quote
+prompt text, and every message is defused: such a phrase, wherever it comes from (a file
+name, a model name), is broken with an invisible word joiner.
 """
 
 from __future__ import annotations
@@ -32,18 +42,24 @@ import orjson
 
 NO_RETRY_HEADER = (b"x-should-retry", b"false")
 
-# inspect_ai turns some 400/422 answers into a model output instead of an error when their
-# message holds one of these phrases (see reference/openai-api-and-clients.md). A replay
-# error quoting a prompt that happens to contain one must not be scored as an answer, so
-# the phrase is broken with a no-break space wherever it appears.
-_MAGIC_PHRASES = re.compile(
-    r"(maximum)( )(context)( )(length)|(input)( )(length)|(max_tokens)( )(must)",
-    re.IGNORECASE,
-)
+# The phrases that make a harness score an error as an answer (see the module docstring;
+# inspect_ai's litellm-proxy markers too: `_providers/_litellm_proxy_errors.py`).
+TRIGGER_PHRASES = ("maximum context length", "context window", "input length",
+                   "too many tokens", "max_tokens must be at least", "blocked",
+                   "context_length_exceeded", "content_filter", "content_policy_violation",
+                   "invalid_prompt", "prompt is too long", "input is too long",
+                   "input too large", "input_too_large", "exceeds the maximum number of tokens",
+                   "exceeded model token limit", "contextwindowexceedederror",
+                   "contentpolicyviolationerror", "safety_check",
+                   "can't help with that request")
+_TRIGGERS = re.compile("|".join("[ _]".join(re.escape(w) for w in re.split("[ _]", p))
+                                for p in TRIGGER_PHRASES), re.IGNORECASE)
 
 
 def _defuse(message: str) -> str:
-    return _MAGIC_PHRASES.sub(lambda m: m.group(0).replace(" ", "\u00a0"), message)
+    """The message with every trigger phrase broken by an invisible word joiner after its
+    first character: it reads the same, but matches no harness's pattern."""
+    return _TRIGGERS.sub(lambda m: m.group(0)[0] + "\u2060" + m.group(0)[1:], message)
 
 
 class ReplayServerError(Exception):
@@ -107,6 +123,11 @@ class PayloadTooLarge(ReplayServerError):
     type = "PayloadTooLarge"
 
 
+class RequestTimeout(ReplayServerError):
+    status = 408
+    type = "RequestTimeout"
+
+
 class BadGateway(ReplayServerError):
     """Only the recorder sends it, and without `x-should-retry: false`: retrying an
     upstream that could not be reached can succeed."""
@@ -118,7 +139,7 @@ class BadGateway(ReplayServerError):
 class ReplayError(ReplayServerError):
     """A replay decision: the request was well formed but cannot be answered faithfully."""
 
-    status = 422
+    status = 400
     type = "ReplayError"
     code = "replay_error"
 
@@ -145,6 +166,12 @@ class Exhausted(ReplayError):
 
 class ParamsMismatch(ReplayError):
     code = "replay_params_mismatch"
+
+
+# Every replay decision's code, in the order reports show them.
+REPLAY_CODES: tuple[str, ...] = tuple(
+    str(kind.code) for kind in (NoMatch, Unusable, Ambiguous, NMismatch, Exhausted,
+                                ParamsMismatch))
 
 
 def render(error: ReplayServerError) -> tuple[int, list[tuple[bytes, bytes]], bytes]:

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import os
 import tempfile
+import uuid
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import LoadError
 from .formats import LoadContext
 from .index import Entry, entry_of
 from .loader import Loaded, plan, progress_bar, read
-from .records import dump_line
+from .records import DEFAULT_MAX_LINE, dump_line
 
 
 def _where(entry: Entry) -> str:
@@ -85,17 +85,19 @@ def render(report: dict[str, Any]) -> list[str]:
 
 
 def convert(paths: Sequence[str | Path], out: Path, *, skip_bad_lines: bool = False,
-            progress: bool = True) -> tuple[int, LoadContext]:
+            progress: bool = True, max_line: int = DEFAULT_MAX_LINE
+            ) -> tuple[int, LoadContext]:
     """Write every saved record under `paths` to `out` as native JSONL; returns the count.
 
     The file appears whole or not at all (written beside it, then renamed), and never
-    replaces one of its own inputs.
+    replaces one of its own inputs. Each record gets a `source.run` unless it has one, so
+    that two conversions served together stay two runs.
     """
-    ctx = LoadContext(skip_bad_lines=skip_bad_lines)
+    ctx = LoadContext(skip_bad_lines=skip_bad_lines, max_line=max_line)
     planned = plan(paths, ctx)
+    planned.refuse_output(out)
     target = out.resolve()
-    if any(p.resolve() == target for _, p in planned.files):
-        raise LoadError(str(out), None, "is one of the inputs; write to another file")
+    conversion = uuid.uuid4().hex[:12]
     bar = progress_bar(planned.total_bytes, "converting", progress)
     ctx.on_progress = bar.update
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=target.parent)
@@ -103,6 +105,10 @@ def convert(paths: Sequence[str | Path], out: Path, *, skip_bad_lines: bool = Fa
     try:
         with os.fdopen(fd, "wb") as f:
             for record in read(planned, ctx):
+                if not isinstance(record.source.get("run"), str):
+                    # records of one run stay one run, and never merge with another
+                    # conversion's (see Record.run)
+                    record.source["run"] = f"{record.origin}#{conversion}"
                 f.write(dump_line(record))
                 count += 1
         os.replace(tmp, target)

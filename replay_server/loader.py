@@ -24,10 +24,9 @@ from tqdm import tqdm
 
 from .errors import LoadError
 from .formats import READERS, LoadContext, Reader
-from .index import Builder, Index, prompt_of
-from .records import Record
-
-HEAD_LIMIT = 1 << 20
+from .index import Index
+from .indexing import Builder
+from .records import DEFAULT_MAX_LINE, LineTooLong, Record
 
 
 @dataclass
@@ -37,18 +36,30 @@ class Plan:
     groups: list[list[tuple[Reader, list[Path]]]] = field(default_factory=list)
     ignored: list[Path] = field(default_factory=list)
     total_bytes: int = 0
+    max_line: int = DEFAULT_MAX_LINE
+    seen: set[Path] = field(default_factory=set)
 
     @property
     def files(self) -> list[tuple[str, Path]]:
         return [(r.name, p) for g in self.groups for r, ps in g for p in ps]
 
+    def refuse_output(self, out: Path) -> None:
+        """Raise LoadError if writing `out` would replace one of the saved files."""
+        target = out.resolve()
+        if any(p.resolve() == target for _, p in self.files):
+            raise LoadError(str(out), None, "is one of the inputs: write to another file "
+                            "(saved files are only ever read)")
 
-def _head(path: Path) -> bytes:
-    """The first non-blank line of a file (at most HEAD_LIMIT bytes of it)."""
+
+def _head(path: Path, max_line: int) -> bytes:
+    """The first non-blank line of a file, whole (up to the line cap: readers detect their
+    format by parsing it, so detection must not depend on the line's length)."""
     try:
         with path.open("rb") as f:
             for _ in range(100):
-                line = f.readline(HEAD_LIMIT)
+                line = f.readline(max_line + 1)
+                if len(line) > max_line and not line.endswith(b"\n"):
+                    return LineTooLong(line[:200])
                 if line.strip() or not line:
                     return line
             return b""
@@ -56,8 +67,11 @@ def _head(path: Path) -> bytes:
         raise LoadError(str(path), None, f"cannot read: {e.strerror or e}") from None
 
 
-def _claim(path: Path) -> Reader | None:
-    head = _head(path)
+def _claim(path: Path, max_line: int) -> Reader | None:
+    head = _head(path, max_line)
+    if isinstance(head, LineTooLong):
+        raise LoadError(str(path), 1, f"the first line is longer than {max_line} bytes (the "
+                        "cap, --max-line-size); raise the cap if it is meant to be this long")
     return next((r for r in READERS if r.detect(path, head)), None)
 
 
@@ -85,8 +99,12 @@ def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
            ctx: LoadContext | None) -> list[tuple[Reader, list[Path]]]:
     by_reader: dict[str, tuple[Reader, list[Path]]] = {}
     for path in paths:
+        resolved = path.resolve()
+        if resolved in plan.seen:
+            continue  # the same file twice would be the same run twice
+        plan.seen.add(resolved)
         try:
-            reader = _claim(path)
+            reader = _claim(path, plan.max_line)
         except LoadError as error:
             if ctx is None:
                 raise
@@ -106,7 +124,7 @@ def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
 def plan(paths: Sequence[str | Path], ctx: LoadContext | None = None) -> Plan:
     """Find and claim every file, raising LoadError for a path that holds nothing to serve
     (or, with a context that skips bad lines, for nothing worse than unreadable files)."""
-    result = Plan()
+    result = Plan(max_line=ctx.max_line if ctx is not None else DEFAULT_MAX_LINE)
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -146,20 +164,14 @@ class Loaded:
     examples: dict[str, Record] = field(default_factory=dict)
     per_file: Counter[tuple[str, str]] = field(default_factory=Counter)
 
-    def saved_prompts(self, model: str) -> Iterator[tuple[dict[str, Any], str]]:
-        """Every saved prompt of a model, read again from the files (for miss diagnostics)."""
-        ctx = LoadContext(skip_bad_lines=True)
-        for record in read(self.plan, ctx):
-            if record.model == model:
-                yield prompt_of(record), record.where
-
 
 def load(paths: Sequence[str | Path], *, skip_bad_lines: bool = False,
-         aliases: dict[str, str] | None = None, progress: bool = True) -> Loaded:
+         aliases: dict[str, str] | None = None, progress: bool = True,
+         max_line: int = DEFAULT_MAX_LINE) -> Loaded:
     """Read every saved file into an index. Raises LoadError on the first bad line unless
     `skip_bad_lines`, in which case the returned context lists what was skipped."""
     start = time.perf_counter()
-    ctx = LoadContext(skip_bad_lines=skip_bad_lines)
+    ctx = LoadContext(skip_bad_lines=skip_bad_lines, max_line=max_line)
     planned = plan(paths, ctx)
     bar = progress_bar(planned.total_bytes, "loading", progress)
     ctx.on_progress = bar.update
@@ -168,7 +180,11 @@ def load(paths: Sequence[str | Path], *, skip_bad_lines: bool = False,
     examples: dict[str, Record] = {}
     try:
         for record in read(planned, ctx):
-            builder.add(record)
+            try:
+                builder.add(record)
+            except LoadError as error:
+                ctx.bad(error)
+                continue
             per_file[(str(record.source.get("file")), record.model)] += 1
             if record.response is not None:
                 examples.setdefault(record.endpoint, record)

@@ -1,103 +1,80 @@
 """Miss diagnostics: the nearest saved prompt, and where a request first differs from it.
 
-Prompts are flattened into strings whose order follows the prompt's structure (message by
-message, then the rest), and kept sorted; the saved prompt sharing the longest prefix with a
-request is then one of the two neighbours of the request's insertion point (bisect), so a
-miss costs O(log n) once the catalog exists. The catalog is built the first time a model
-misses, from the same records the index was built from: a run with no misses pays nothing.
+A catalog holds each saved prompt once, as its canonical JSON (`keys.canonical`), sorted
+bytewise. The saved prompt sharing the longest prefix with a request is one of the two
+neighbours of the request's insertion point, so a miss costs one bisection over bytes. The
+catalog is built with the index, from the records as they are loaded (an index file keeps
+its own, sorted the same way): a miss never reads the saved files and never waits.
+
+The first difference is structured (`Difference`): where it is (message index and role,
+character offset), what kind it is, and short excerpts of both sides. Error messages that
+reach harnesses say only where and what kind; the excerpts quote prompt text, which some
+harnesses pattern-match in error messages, so they go to `/replay/misses`, the log and the
+`run` report only.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 
-from . import keys
-
-_MSG, _ROLE, _REST = "\x1e", "\x1f", "\x1d"
 EXCERPT = 24
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
-
-
-def flatten(prompt: dict[str, Any]) -> str:
-    rest = {k: v for k, v in prompt.items() if k not in ("messages", "prompt", "v")}
-    if "messages" in prompt:
-        body = "".join(
-            _MSG + _text(m.get("role")) + _ROLE + _text(m.get("content"))
-            + _ROLE + _text({k: v for k, v in m.items() if k not in ("role", "content")})
-            for m in prompt["messages"]
-        )
-    else:
-        p = prompt["prompt"]
-        body = _MSG + (p if isinstance(p, str) else ",".join(map(str, p)))
-    return body + _REST + _text(rest)
-
-
-@dataclass
-class Catalog:
-    """Saved prompts sorted by their flattened form. Only the canonical JSON of each is
-    kept (an exact-size copy: orjson's own result holds several times its size); the
-    flattened form is recomputed for the few prompts a search looks at."""
-
-    prompts: list[bytes]
-    wheres: list[str]
-
-    @classmethod
-    def build(cls, saved: Iterable[tuple[dict[str, Any], str]]) -> Catalog:
-        unique: dict[bytes, tuple[str, str]] = {}
-        for prompt, where in saved:
-            canonical = memoryview(keys.canonical(prompt)).tobytes()
-            if canonical not in unique:
-                unique[canonical] = (flatten(prompt), where)
-        rows = sorted(unique.items(), key=lambda item: item[1][0])
-        return cls([canonical for canonical, _ in rows], [where for _, (_, where) in rows])
-
-    def nearest(self, prompt: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
-        best = closest(lambda i: _flat(self.prompts[i]), len(self.prompts), flatten(prompt))
-        if best is None:
-            return None
-        return orjson.loads(self.prompts[best]), self.wheres[best]
 
 
 class PromptCatalog(Protocol):
     """Anything that finds the saved prompt nearest to a request: this module's in-memory
     Catalog, or the one an index file keeps (store.StoredCatalog)."""
 
-    def nearest(self, prompt: dict[str, Any]) -> tuple[dict[str, Any], str] | None: ...
+    def nearest(self, canonical: bytes) -> tuple[dict[str, Any], str] | None: ...
 
 
-def closest(flat_at: Callable[[int], str], count: int, flat: str) -> int | None:
-    """Of `count` items sorted by their flattened form (`flat_at(i)`), the one sharing the
-    longest prefix with `flat`: a neighbour of its insertion point, found by bisection."""
-    low, high = 0, count
-    while low < high:
-        mid = (low + high) // 2
-        if flat_at(mid) < flat:
-            low = mid + 1
-        else:
-            high = mid
+@dataclass
+class Catalog:
+    """Saved prompts (canonical JSON, exact-size copies) sorted bytewise, and where each
+    was saved."""
+
+    prompts: list[bytes]
+    wheres: list[str]
+
+    @classmethod
+    def build(cls, saved: Iterable[tuple[bytes, str]]) -> Catalog:
+        rows = sorted(saved)
+        return cls([p for p, _ in rows], [w for _, w in rows])
+
+    def nearest(self, canonical: bytes) -> tuple[dict[str, Any], str] | None:
+        best = closest(self.prompts.__getitem__, len(self.prompts), canonical)
+        if best is None:
+            return None
+        return orjson.loads(self.prompts[best]), self.wheres[best]
+
+
+EMPTY = Catalog([], [])
+
+
+def closest(at: Callable[[int], bytes], count: int, canonical: bytes) -> int | None:
+    """Of `count` items sorted bytewise (`at(i)`), the one sharing the longest prefix with
+    `canonical`: a neighbour of its insertion point."""
+    low = bisect.bisect_left(range(count), canonical, key=at)
     around = [i for i in (low - 1, low) if 0 <= i < count]
     if not around:
         return None
-    return max(around, key=lambda i: _common(flat_at(i), flat))
+    return max(around, key=lambda i: _common(at(i), canonical))
 
 
-def _flat(canonical: bytes) -> str:
-    return flatten(orjson.loads(canonical))
-
-
-def _common(a: str, b: str) -> int:
+def _common(a: bytes | str, b: bytes | str) -> int:
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    low, high = 0, n  # the common prefix length, by bisection on slices (C comparisons)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def _excerpt(text: str, at: int) -> str:
@@ -107,14 +84,60 @@ def _excerpt(text: str, at: int) -> str:
         "…" if at + EXCERPT < len(text) else "")
 
 
-def _text_diff(asked: str, saved: str, what: str) -> str:
+@dataclass(frozen=True)
+class Difference:
+    """Where a request first differs from the nearest saved prompt.
+
+    `place` names the part (`message 1 (user)`, `the prompt`, `field tools`); `kind` says
+    how it differs, in words that group well across many misses; `offset` is the
+    character (or token) where the text starts to differ; `requested` and `saved` quote a
+    little of both sides around it."""
+
+    place: str
+    kind: str
+    offset: int | None = None
+    requested: str | None = None
+    saved: str | None = None
+
+    def describe(self, quote: bool = False) -> str:
+        at = f", character {self.offset}" if self.offset is not None else ""
+        text = f"{self.place}{at}: {self.kind}"
+        if quote and (self.requested is not None or self.saved is not None):
+            text += f' (requested "{self.requested}" vs saved "{self.saved}")'
+        return text
+
+    def group(self) -> str:
+        """What many misses of one systematic difference share (no offset, no text)."""
+        return f"{self.place}: {self.kind}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"place": self.place, "kind": self.kind, "offset": self.offset,
+                "requested": self.requested, "saved": self.saved}
+
+
+def _text_kind(asked: str, saved: str, at: int) -> str:
+    if asked.rstrip() == saved.rstrip():
+        return "whitespace differs at the end"
+    if asked.lstrip() == saved.lstrip():
+        return "whitespace differs at the start"
+    if asked.startswith(saved):
+        return "the request's text is longer"
+    if saved.startswith(asked):
+        return "the request's text is shorter"
+    if asked.lower() == saved.lower():
+        return "letter case differs"
+    return "the text differs"
+
+
+def _text_diff(asked: str, saved: str, place: str) -> Difference:
     at = _common(asked, saved)
-    return (f"{what}, character {at}: requested \"{_excerpt(asked, at)}\" vs saved "
-            f"\"{_excerpt(saved, at)}\"")
+    return Difference(place, _text_kind(asked, saved, at), at, _excerpt(asked, at),
+                      _excerpt(saved, at))
 
 
-def first_difference(asked: dict[str, Any], saved: dict[str, Any]) -> str:
-    """Where `asked` first differs from `saved`, in words a user can act on."""
+def first_difference(asked: dict[str, Any], saved: dict[str, Any]) -> Difference:
+    """Where `asked` first differs from `saved` (keyed prompts, `keys.chat_prompt` or
+    `keys.completion_prompt`)."""
     if "messages" in asked and "messages" in saved:
         return _messages_diff(asked["messages"], saved["messages"]) or _rest_diff(asked, saved)
     if "prompt" in asked and "prompt" in saved:
@@ -125,14 +148,15 @@ def first_difference(asked: dict[str, Any], saved: dict[str, Any]) -> str:
         elif isinstance(a, list) and isinstance(s, list):
             if a != s:
                 at = _common_list(a, s)
-                return (f"the token ids differ at token {at}: requested {a[at:at + 5]} vs "
-                        f"saved {s[at:at + 5]} ({len(a)} vs {len(s)} tokens)")
+                return Difference("the prompt's token ids", f"{len(a)} vs {len(s)} tokens, "
+                                  f"token {at} differs", None, str(a[at:at + 5]),
+                                  str(s[at:at + 5]))
         else:
-            return "the request sends the prompt as " + (
-                "a string" if isinstance(a, str) else "token ids") + ", the saved one as " + (
-                "a string" if isinstance(s, str) else "token ids")
+            return Difference("the prompt", "the request sends it as " + (
+                "a string" if isinstance(a, str) else "token ids") + ", the saved run as " + (
+                "a string" if isinstance(s, str) else "token ids"))
         return _rest_diff(asked, saved)
-    return "the request is for another endpoint"
+    return Difference("the endpoint", "the saved prompt is for another endpoint")
 
 
 def _common_list(a: list[Any], b: list[Any]) -> int:
@@ -140,27 +164,49 @@ def _common_list(a: list[Any], b: list[Any]) -> int:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
-def _messages_diff(asked: list[Any], saved: list[Any]) -> str | None:
+def _role(message: Any) -> str:
+    return str(message.get("role")) if isinstance(message, dict) else "?"
+
+
+def _messages_diff(asked: list[Any], saved: list[Any]) -> Difference | None:
     for i, (a, s) in enumerate(zip(asked, saved, strict=False)):
         if a == s:
             continue
-        where = f"message {i}"
+        if not (isinstance(a, dict) and isinstance(s, dict)):
+            return Difference(f"message {i}", "the message differs in structure")
+        place = f"message {i} ({_role(s)})"
         if a.get("role") != s.get("role"):
-            return f"{where}: role {a.get('role')!r} vs saved {s.get('role')!r}"
+            if len(asked) < len(saved) and asked[i:] == saved[i + 1:]:
+                return Difference(place, "missing in the request")
+            if len(asked) > len(saved) and asked[i + 1:] == saved[i:]:
+                return Difference(f"message {i} ({_role(a)})", "not in the saved prompt")
+            return Difference(f"message {i}", f"role {_role(a)!r} in the request, "
+                              f"{_role(s)!r} saved")
         ac, sc = a.get("content"), s.get("content")
         if ac != sc:
             if isinstance(ac, str) and isinstance(sc, str):
-                return _text_diff(ac, sc, f"{where} ({a.get('role')})")
-            return f"{where} ({a.get('role')}): the content differs in structure"
+                return _text_diff(ac, sc, place)
+            return Difference(place, "the content differs in structure")
         fields = sorted(k for k in a.keys() | s.keys() if a.get(k) != s.get(k))
-        return f"{where} ({a.get('role')}): field(s) {', '.join(fields)} differ"
-    if len(asked) != len(saved):
-        return (f"the request has {len(asked)} messages, the saved prompt {len(saved)}; "
-                f"the first {min(len(asked), len(saved))} are equal")
+        return Difference(place, f"field(s) {', '.join(fields)} differ")
+    if len(asked) < len(saved):
+        return Difference(f"message {len(asked)} ({_role(saved[len(asked)])})",
+                          "missing at the end of the request")
+    if len(asked) > len(saved):
+        return Difference(f"message {len(saved)} ({_role(asked[len(saved)])})",
+                          "not in the saved prompt (the request has more messages)")
     return None
 
 
-def _rest_diff(asked: dict[str, Any], saved: dict[str, Any]) -> str:
+def _rest_diff(asked: dict[str, Any], saved: dict[str, Any]) -> Difference:
     fields = sorted(k for k in asked.keys() | saved.keys()
                     if k not in ("messages", "prompt") and asked.get(k) != saved.get(k))
-    return f"the prompt text is equal, but {', '.join(fields) or 'nothing'} differ(s)"
+    if not fields:
+        return Difference("the prompt", "no difference found")
+    only_asked = [f for f in fields if f not in saved]
+    only_saved = [f for f in fields if f not in asked]
+    if only_asked and not only_saved and len(fields) == len(only_asked):
+        return Difference(f"field {', '.join(fields)}", "set in the request, not saved")
+    if only_saved and not only_asked and len(fields) == len(only_saved):
+        return Difference(f"field {', '.join(fields)}", "saved, not in the request")
+    return Difference(f"field {', '.join(fields)}", "differs")

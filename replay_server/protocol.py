@@ -25,33 +25,35 @@ class ReplayRequest:
     stream: bool
     include_usage: bool
     prompts: list[dict[str, Any]]
+    keys: list[bytes]
     data: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return keys.CHAT if self.endpoint == CHAT_PATH else keys.COMPLETION
 
     def params(self) -> bytes:
         """The sampling parameters, canonical (only strict mode needs them)."""
-        return keys.canonical(keys.sampling_params(self.data))
+        return keys.canonical(keys.sampling_params(self.data, self.kind))
 
 
-_NUMBER = (int, float)
-# Optional fields whose type is checked when present and not null: name -> (types, words).
-_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
-    "model": ((str,), "a string"),
-    "stream": ((bool,), "a boolean"),
-    "stream_options": ((dict,), "an object"),
-    "echo": ((bool,), "a boolean"),
-    "temperature": (_NUMBER, "a number"),
-    "top_p": (_NUMBER, "a number"),
-    "presence_penalty": (_NUMBER, "a number"),
-    "frequency_penalty": (_NUMBER, "a number"),
-    "max_tokens": ((int,), "an integer"),
-    "max_completion_tokens": ((int,), "an integer"),
-    "seed": ((int,), "an integer"),
-    "top_logprobs": ((int,), "an integer"),
-    "stop": ((str, list), "a string or a list of strings"),
-    "tools": ((list,), "a list"),
-    "tool_choice": ((str, dict), "a string or an object"),
-    "response_format": ((dict,), "an object"),
-}
+_PYTHON = {"string": (str,), "boolean": (bool,), "number": (int, float), "integer": (int,),
+           "object": (dict,), "array": (list,)}
+_WORDS = {"string": "a string", "boolean": "a boolean", "number": "a number",
+          "integer": "an integer", "object": "an object", "array": "a list"}
+
+
+def _typed(kind: str) -> dict[str, tuple[tuple[type, ...], bool, str]]:
+    """name -> (Python types, whether a bool is allowed, the types in words), from the
+    field table."""
+    out = {}
+    for name, f in keys.fields_of(kind).items():
+        types = tuple(t for j in f.types for t in _PYTHON[j])
+        out[name] = (types, "boolean" in f.types, " or ".join(_WORDS[j] for j in f.types))
+    return out
+
+
+_TYPES = {CHAT_PATH: _typed(keys.CHAT), COMPLETION_PATH: _typed(keys.COMPLETION)}
 
 
 def _type_name(value: Any) -> str:
@@ -62,19 +64,14 @@ def _type_name(value: Any) -> str:
 
 
 def _check_types(data: dict[str, Any], endpoint: str) -> None:
-    for name in data.keys() & _TYPES.keys():
+    typed = _TYPES[endpoint]
+    for name in data.keys() & typed.keys():
         value = data[name]
         if value is None:
             continue
-        types, words = _TYPES[name]
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        types, bools, words = typed[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and not bools):
             raise BadRequest(f"`{name}` must be {words}, got {_type_name(value)}", param=name)
-    logprobs = data.get("logprobs")
-    if logprobs is not None:
-        want, words = ((bool,), "a boolean") if endpoint == CHAT_PATH else ((int,), "an integer")
-        if not isinstance(logprobs, want) or (endpoint != CHAT_PATH and logprobs is True):
-            raise BadRequest(f"`logprobs` must be {words}, got {_type_name(logprobs)}",
-                             param="logprobs")
     stop = data.get("stop")
     if isinstance(stop, list) and not all(isinstance(s, str) for s in stop):
         raise BadRequest("`stop` must be a string or a list of strings", param="stop")
@@ -124,8 +121,7 @@ def _prompts(data: dict[str, Any]) -> list[dict[str, Any]]:
     if prompts is None:
         raise BadRequest("`prompt` must be a string, a list of strings, a list of token ids "
                          "or a list of token-id lists, and not empty", param="prompt")
-    echo = data.get("echo")
-    return [keys.completion_prompt(p, echo) for p in prompts]
+    return [keys.completion_prompt(p, data) for p in prompts]
 
 
 def parse(endpoint: str, body: bytes) -> ReplayRequest:
@@ -139,11 +135,16 @@ def parse(endpoint: str, body: bytes) -> ReplayRequest:
     if not isinstance(data, dict):
         raise BadRequest(f"the request body must be a JSON object, got {_type_name(data)}")
     _check_types(data, endpoint)
-    if endpoint == CHAT_PATH:
-        _messages(data)
-        prompts = [keys.chat_prompt(data)]
-    else:
-        prompts = _prompts(data)
+    try:
+        if endpoint == CHAT_PATH:
+            _messages(data)
+            prompts = [keys.chat_prompt(data)]
+        else:
+            prompts = _prompts(data)
+        hashed = [keys.key_of(p) for p in prompts]
+    except (RecursionError, keys.Unkeyable):
+        raise BadRequest("the request nests JSON objects or lists too deeply to be keyed "
+                         "(at most about 250 levels)") from None
     return ReplayRequest(
         endpoint=endpoint,
         model=data.get("model"),
@@ -151,6 +152,7 @@ def parse(endpoint: str, body: bytes) -> ReplayRequest:
         stream=data.get("stream") is True,
         include_usage=_include_usage(data),
         prompts=prompts,
+        keys=hashed,
         data=data,
     )
 
@@ -167,47 +169,37 @@ def models_body(names: list[str], created: int) -> dict[str, Any]:
     }
 
 
-# JSON Schemas for the OpenAPI document (what the fuzzers and readers see). They describe
-# what `parse` accepts; `additionalProperties` stays open, as unknown fields are ignored.
+# JSON Schemas for the OpenAPI document (what the fuzzers and readers see), derived from the
+# field table that `_check_types` checks. `additionalProperties` stays open: unknown fields
+# are ignored.
+def _schema(kind: str, required: str, special: dict[str, Any]) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    for name, f in keys.fields_of(kind).items():
+        types = list(f.types)
+        properties[name] = {"type": types[0]} if len(types) == 1 else {"type": types}
+        properties[name]["description"] = f"{f.role}: {f.reason}"
+    for name, extra in special.items():  # an `anyOf` replaces the table's plain types
+        base = {"description": properties[name]["description"]} if "anyOf" in extra \
+            else properties[name]
+        properties[name] = {**base, **extra}
+    return {"type": "object", "required": [required], "properties": properties}
+
+
 _MESSAGE = {"type": "object", "required": ["role"], "properties": {"role": {"type": "string"}}}
-_COMMON = {
-    "model": {"type": "string"},
-    "n": {"type": "integer", "minimum": 1},
-    "stream": {"type": "boolean"},
-    "stream_options": {"type": "object",
-                       "properties": {"include_usage": {"type": "boolean"}}},
-    "temperature": {"type": "number"},
-    "top_p": {"type": "number"},
-    "max_tokens": {"type": "integer"},
-    "seed": {"type": "integer"},
-    "stop": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
-}
-CHAT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["messages"],
-    "properties": {
-        **_COMMON,
-        "messages": {"type": "array", "minItems": 1, "items": _MESSAGE},
-        "logprobs": {"type": "boolean"},
-        "tools": {"type": "array", "items": {"type": "object"}},
-        "tool_choice": {"anyOf": [{"type": "string"}, {"type": "object"}]},
-        "response_format": {"type": "object"},
-    },
-}
 _TOKENS = {"type": "array", "minItems": 1, "items": {"type": "integer"}}
-COMPLETION_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["prompt"],
-    "properties": {
-        **_COMMON,
-        "prompt": {"anyOf": [
-            {"type": "string"},
-            {"type": "array", "minItems": 1, "items": {"type": "string"}},
-            _TOKENS,
-            {"type": "array", "minItems": 1, "items": _TOKENS},
-        ]},
-        "echo": {"type": "boolean"},
-        "logprobs": {"type": "integer"},
-    },
+_COMMON = {
+    "n": {"minimum": 1},
+    "stream_options": {"properties": {"include_usage": {"type": "boolean"}}},
+    "stop": {"items": {"type": "string"}},
 }
+CHAT_SCHEMA = _schema(keys.CHAT, "messages", {
+    **_COMMON, "messages": {"minItems": 1, "items": _MESSAGE}})
+COMPLETION_SCHEMA = _schema(keys.COMPLETION, "prompt", {
+    **_COMMON,
+    "prompt": {"anyOf": [
+        {"type": "string"},
+        {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        _TOKENS,
+        {"type": "array", "minItems": 1, "items": _TOKENS},
+    ]}})
 SCHEMAS = {CHAT_PATH: CHAT_SCHEMA, COMPLETION_PATH: COMPLETION_SCHEMA}

@@ -10,8 +10,16 @@
 - An exchange is appended as whole lines, flushed and fsynced *before* the client sees its
   end (the response body, or a stream's `data: [DONE]`): an exchange a client has seen
   complete survives a SIGKILL, and concurrent exchanges never interleave within a line.
-- Upstream errors, streams that fail or are abandoned, and answers that do not parse pass
-  through untouched and are only counted.
+- Only exchanges delivered to the client are saved: a client that gives up (a timeout, a
+  disconnect) before the answer is complete leaves nothing behind, and the upstream call
+  is cancelled; it is counted as abandoned. A harness that then retries gets its retry
+  recorded, not an answer it never saw.
+- Upstream errors, streams that fail, and answers that do not parse or cannot be
+  aggregated pass through untouched and are only counted.
+- The upstream is asked for an uncompressed answer, and whatever encoding it uses anyway
+  is decoded before the client sees it.
+- Each recorder process is one run (`source.run`): records of two recording sessions
+  appended to one file never form one instance.
 """
 
 from __future__ import annotations
@@ -21,11 +29,12 @@ import fcntl
 import logging
 import os
 import time
+import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -49,6 +58,7 @@ from .records import (
 from .sse import StreamAggregator, StreamError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Hop-by-hop and framing headers: recomputed per connection, never forwarded.
 _HOP = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "content-length",
@@ -125,11 +135,11 @@ class RecordWriter:
 
 
 def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
-                upstream: str) -> bytes:
+                upstream: str, run: str) -> bytes:
     """The native record line(s) of one exchange (a batched completion: one per prompt)."""
     request = strip_transport(request)
     model = request.get("model") or response.get("model")
-    source = {"harness": "replay-server record", "upstream": upstream,
+    source = {"harness": "replay-server record", "upstream": upstream, "run": run,
               "time": round(time.time(), 3)}
     parts = split_batch(request, response) if path == COMPLETION_PATH else [(request, response)]
     lines = []
@@ -147,6 +157,7 @@ class Recorder:
     def __init__(self, upstream: str, writer: RecordWriter) -> None:
         self.upstream = upstream.rstrip("/").removesuffix("/v1")
         self.writer = writer
+        self.run = f"record-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.counts: Counter[str] = Counter()
         self.client = httpx.AsyncClient(base_url=self.upstream, timeout=httpx.Timeout(
             None, connect=10.0))
@@ -154,12 +165,13 @@ class Recorder:
     def summary(self) -> str:
         c = self.counts
         return (f"recorded {c['recorded']} exchanges ({c['records']} records) to "
-                f"{self.writer.path}; upstream errors: {c['upstream_error']}, aborted or "
-                f"failed streams: {c['aborted']}, not recordable: {c['unrecordable']}")
+                f"{self.writer.path}; upstream errors: {c['upstream_error']}, abandoned by "
+                f"the client: {c['abandoned']}, failed streams: {c['aborted']}, not "
+                f"recordable: {c['unrecordable']}")
 
     async def _save(self, path: str, request: dict[str, Any], response: dict[str, Any]) -> None:
         try:
-            lines = records_for(path, request, response, self.upstream)
+            lines = records_for(path, request, response, self.upstream, self.run)
         except (LoadError, ValueError) as e:
             self.counts["unrecordable"] += 1
             log.warning("not recorded (%s): %s", path, e)
@@ -172,33 +184,51 @@ class Recorder:
         path = request.url.path
         body = await request.body()
         headers = _forward_headers(request.headers)
+        headers["accept-encoding"] = "identity"
         parsed = _json_object(body)
+        gone = asyncio.Event()
+        watcher = asyncio.create_task(_watch_disconnect(request.receive, gone))
         try:
-            upstream = self.client.build_request(request.method, path, content=body,
-                                                 headers=headers, params=request.query_params)
-            reply = await self.client.send(upstream, stream=True)
+            reply = await _unless_gone(self.client.send(self.client.build_request(
+                request.method, path, content=body, headers=headers,
+                params=request.query_params), stream=True), gone)
         except httpx.HTTPError as e:
+            watcher.cancel()
             self.counts["upstream_error"] += 1
             return _unreachable(self.upstream, e)
+        if reply is None:
+            watcher.cancel()
+            return self._abandoned(path)
         out_headers = _forward_headers(reply.headers)
         recordable = path in ENDPOINTS and parsed is not None and reply.status_code == 200
+        if recordable and parsed is not None and parsed.get("stream") is True:
+            watcher.cancel()  # the relay watches the client itself
+            return _Relay(self, path, parsed, reply, out_headers)
+        try:
+            content = await _unless_gone(reply.aread(), gone)
+        except httpx.HTTPError as e:
+            watcher.cancel()
+            self.counts["upstream_error"] += 1
+            return _unreachable(self.upstream, e)
+        finally:
+            await reply.aclose()
+        watcher.cancel()
+        if content is None or gone.is_set():
+            return self._abandoned(path)
         if not recordable:
             if path in ENDPOINTS:
                 self.counts["upstream_error" if reply.status_code != 200 else "unrecordable"] += 1
-            content = await reply.aread()
-            await reply.aclose()
-            return Response(content, reply.status_code, out_headers)
-        assert parsed is not None
-        if parsed.get("stream") is True:
-            return _Relay(self, path, parsed, reply, out_headers)
-        content = await reply.aread()
-        await reply.aclose()
-        answer = _json_object(content)
-        if answer is None:
+        elif (answer := _json_object(content)) is None:
             self.counts["unrecordable"] += 1
         else:
-            await self._save(path, parsed, answer)
+            await self._save(path, parsed or {}, answer)
         return Response(content, reply.status_code, out_headers)
+
+    def _abandoned(self, path: str) -> Response:
+        """The client left before its answer was complete: nothing is saved."""
+        self.counts["abandoned"] += 1
+        log.info("not recorded (%s): the client left before the answer was complete", path)
+        return Response(status_code=499)
 
     async def save_stream(self, path: str, request: dict[str, Any],
                           aggregator: StreamAggregator) -> bool:
@@ -236,7 +266,7 @@ class _Relay(Response):
         try:
             await send({"type": "http.response.start", "status": self.status_code,
                         "headers": self.raw_headers})
-            async for chunk in _until(self.reply.aiter_raw(), gone):
+            async for chunk in _until(self.reply.aiter_bytes(), gone):
                 if not (saved or broken):
                     try:
                         if aggregator.feed(chunk) and not gone.is_set():
@@ -257,7 +287,21 @@ class _Relay(Response):
             watcher.cancel()
             await self.reply.aclose()
             if not saved:
-                self.recorder.counts["aborted"] += 1
+                self.recorder.counts["abandoned" if gone.is_set() else "aborted"] += 1
+
+
+async def _unless_gone(work: Awaitable[T], gone: asyncio.Event) -> T | None:
+    """`work`'s result, or None (and `work` cancelled) if the client leaves first."""
+    task = asyncio.ensure_future(work)
+    stop = asyncio.ensure_future(gone.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    return None
 
 
 async def _until(chunks: AsyncIterator[bytes], gone: asyncio.Event) -> AsyncIterator[bytes]:

@@ -34,6 +34,9 @@ ENDPOINTS = (CHAT_PATH, COMPLETION_PATH)
 
 # Fields that only shape the transport, never the answer: not saved, not compared.
 TRANSPORT_FIELDS = frozenset({"stream", "stream_options", "user"})
+# The longest saved line read by default (--max-line-size): a bigger one is a bad line,
+# named, rather than gigabytes of memory.
+DEFAULT_MAX_LINE = 128 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -45,6 +48,15 @@ class Record:
     source: dict[str, Any]
     unusable: str | None = None
     sample_usage: list[dict[str, Any] | None] | None = None
+    origin: str = ""  # the file this record was read from (`source.file` may name another)
+
+    @property
+    def run(self) -> str:
+        """Which run the record belongs to: `source.run` (the recorder and `convert` write
+        one), else the file it was read from. Records of different runs never form one
+        instance, even when their `source.file` and `source.instance` agree."""
+        run = self.source.get("run")
+        return run if isinstance(run, str) else self.origin
 
     @property
     def where(self) -> str:
@@ -123,6 +135,34 @@ def is_token_ids(value: Any) -> bool:
     )
 
 
+# A saved message with any of these set is an answer (a refusal is one too).
+ANSWER_FIELDS = ("content", "refusal", "tool_calls", "function_call", "reasoning",
+                 "reasoning_content")
+# The shape of each answer field, checked when a record is read: the streamed replay
+# takes them apart, so a wrong shape is a bad saved line, not a 500 on some request.
+_MESSAGE_SHAPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "content": ((str, list), "a string, a list of content parts or null"),
+    "refusal": ((str,), "a string or null"),
+    "reasoning": ((str,), "a string or null"),
+    "reasoning_content": ((str,), "a string or null"),
+    "tool_calls": ((list,), "a list of tool-call objects or null"),
+    "function_call": ((dict,), "an object or null"),
+    "role": ((str,), "a string"),
+}
+
+
+def _check_message(message: dict[str, Any], check: _Check, at: str) -> None:
+    for name, (types, words) in _MESSAGE_SHAPES.items():
+        value = message.get(name)
+        if value is not None and not isinstance(value, types):
+            raise check.fail(f"{at}.message.{name}", f"expected {words}, got "
+                             f"{_json_type(value)}")
+    calls = message.get("tool_calls") or []
+    if not all(isinstance(c, dict) and isinstance(c.get("function", {}), dict) for c in calls):
+        raise check.fail(f"{at}.message.tool_calls", "expected a list of tool-call objects, "
+                         "each with a `function` object")
+
+
 def choice_unusable(endpoint: str, choice: dict[str, Any]) -> str | None:
     """Why a saved choice is not an answer, or None. An empty string is an answer."""
     if endpoint == COMPLETION_PATH:
@@ -130,9 +170,8 @@ def choice_unusable(endpoint: str, choice: dict[str, Any]) -> str | None:
     message = choice.get("message")
     if not isinstance(message, dict):
         return "saved message is null or missing"
-    answer_fields = ("content", "tool_calls", "function_call", "reasoning", "reasoning_content")
-    if all(message.get(f) is None for f in answer_fields):
-        return "saved message has no content, reasoning or tool calls"
+    if all(message.get(f) is None for f in ANSWER_FIELDS):
+        return "saved message has no content, refusal, reasoning or tool calls"
     return None
 
 
@@ -153,26 +192,40 @@ def validate(obj: Any, file: str, line: int | None) -> Record:
         raise check.fail("model", "must not be empty")
     request = check.get(obj, "request", dict)
     _validate_prompt(endpoint, request, _Check(file, line, "request."))
-    source = obj.get("source") or {}
-    if not isinstance(source, dict):
-        raise check.fail("source", f"expected an object, got {_json_type(source)}")
-    source = {"file": file, "line": line, **source}
+    source = _source(obj.get("source"), file, line, check)
     response = obj.get("response")
     unusable = obj.get("unusable")
     if response is None:
         if not isinstance(unusable, str) or not unusable:
             raise check.fail("response", "is null, so `unusable` must say why")
-        return Record(endpoint, model, strip_transport(request), None, source, unusable)
+        return Record(endpoint, model, strip_transport(request), None, source, unusable,
+                      origin=file)
     if not isinstance(response, dict):
         raise check.fail("response", f"expected an object or null, got {_json_type(response)}")
     response = normalise_choices(response, endpoint, _Check(file, line, "response."))
     sample_usage = _sample_usage(obj, len(response["choices"]), check)
     reasons = {choice_unusable(endpoint, c) for c in response["choices"]} - {None}
     record = Record(endpoint, model, strip_transport(request), response, source,
-                    None, sample_usage)
+                    None, sample_usage, origin=file)
     if reasons:
         record.unusable = sorted(r for r in reasons if r)[0]
     return record
+
+
+_SCALAR = (str, int, float, bool, type(None))
+
+
+def _source(source: Any, file: str, line: int | None, check: _Check) -> dict[str, Any]:
+    """`source`, with the file and line it was read at unless it names its own. The fields
+    that identify an instance must be plain values (they are compared and hashed)."""
+    source = source or {}
+    if not isinstance(source, dict):
+        raise check.fail("source", f"expected an object, got {_json_type(source)}")
+    for name in ("file", "line", "instance", "run"):
+        if not isinstance(source.get(name), _SCALAR):
+            raise check.fail(f"source.{name}", "expected a string, a number or null, got "
+                             f"{_json_type(source[name])}")
+    return {"file": file, "line": line, **source}
 
 
 def _validate_prompt(endpoint: str, request: dict[str, Any], check: _Check) -> None:
@@ -198,6 +251,8 @@ def normalise_choices(response: dict[str, Any], endpoint: str, check: _Check) ->
     for i, choice in enumerate(choices):
         if want not in choice:
             raise check.fail(f"choices[{i}].{want}", "missing")
+        if isinstance(choice.get("message"), dict):
+            _check_message(choice["message"], check, f"choices[{i}]")
     return {**response, "choices": [{**c, "index": i} for i, c in enumerate(choices)]}
 
 
@@ -212,22 +267,42 @@ def _sample_usage(obj: dict[str, Any], n: int, check: _Check) -> list[Any] | Non
     return usage
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, bytes, int]]:
+class LineTooLong(bytes):
+    """Stands for a line longer than the cap: its first bytes only."""
+
+
+def iter_jsonl(path: Path, max_line: int = DEFAULT_MAX_LINE
+               ) -> Iterator[tuple[int, bytes, int]]:
     """(line number, line bytes, bytes consumed) for each non-blank line of a file.
 
     A last line with no newline is yielded as it is: a caller that fails to parse it says
-    the file looks cut short (a crashed writer), rather than dropping it.
+    the file looks cut short (a crashed writer), rather than dropping it. A line longer than
+    `max_line` is yielded as a `LineTooLong` holding its start, and the rest of it is read
+    past in pieces, so that no line costs more memory than the cap.
     """
     number = 0
     try:
         with path.open("rb") as f:
-            for number, raw in enumerate(f, start=1):
+            while True:
+                raw = f.readline(max_line + 1)
+                if not raw:
+                    return
+                number += 1
+                if len(raw) > max_line and not raw.endswith(b"\n"):
+                    size = len(raw)
+                    while (more := f.readline(1 << 20)) and not more.endswith(b"\n"):
+                        size += len(more)
+                    yield number, LineTooLong(raw[:200]), size + len(more)
+                    continue
                 yield number, raw if raw.strip() else b"", len(raw)
     except OSError as e:
         raise LoadError(str(path), number or None, f"cannot read: {e.strerror or e}") from None
 
 
-def parse_line(raw: bytes, file: str, line: int) -> Any:
+def parse_line(raw: bytes, file: str, line: int, max_line: int = DEFAULT_MAX_LINE) -> Any:
+    if isinstance(raw, LineTooLong):
+        raise LoadError(file, line, f"the line is longer than {max_line} bytes (the cap, "
+                        "--max-line-size); raise the cap if the line is meant to be this long")
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as e:

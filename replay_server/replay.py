@@ -10,10 +10,8 @@ endpoints report, and logs every replay error once.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import ChainMap
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -22,9 +20,10 @@ import orjson
 
 from . import keys, protocol, responses
 from .errors import NoMatch, ReplayError, ReplayServerError
-from .index import Entry, Exchange, Index, ModelRun, Rules, Selection, choose
-from .nearest import Catalog, PromptCatalog, first_difference
+from .index import Entry, Exchange, Index, ModelRun, Selection
+from .nearest import first_difference
 from .records import CHAT_PATH
+from .samples import Rules, choose
 from .stats import Stats
 
 log = logging.getLogger(__name__)
@@ -32,9 +31,6 @@ log = logging.getLogger(__name__)
 SOURCE_HEADER = b"x-replay-source"
 JSON_HEADERS = [(b"content-type", b"application/json")]
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
-
-# Saved prompts of one model, for miss diagnostics: (prompt, where) pairs.
-PromptSource = Callable[[str], Iterable[tuple[dict[str, Any], str]]]
 
 
 @dataclass(slots=True)
@@ -50,12 +46,9 @@ def _header_value(where: str) -> bytes:
 
 
 class Replayer:
-    def __init__(self, index: Index, rules: Rules, prompts: PromptSource | None = None) -> None:
+    def __init__(self, index: Index, rules: Rules) -> None:
         self.index = index
         self.rules = rules
-        self._prompts = prompts
-        self._catalogs: dict[tuple[str, str], Catalog] = {}
-        self._catalog_lock = threading.Lock()
         self.cursors: dict[Any, int] = {}
         self.stats = Stats(index)
         self.started = time.time()
@@ -71,7 +64,7 @@ class Replayer:
             request = protocol.parse(endpoint, body)
             run = self.index.run(request.model)
         except ReplayServerError as error:
-            self._log(None, endpoint, error)
+            self.count(None, endpoint, error)
             raise
         moves: list[tuple[Any, int]] = []
         chosen = [self._select(run, request, i, prompt, moves)
@@ -94,63 +87,58 @@ class Replayer:
     def _select(self, run: ModelRun, request: protocol.ReplayRequest, i: int,
                 prompt: dict[str, Any], moves: list[tuple[Any, int]]
                 ) -> tuple[Entry | Exchange, Selection]:
-        key = keys.key_of(prompt)
+        key = request.keys[i]
         try:
             entry = run.entries.get(key)
             if entry is None:
                 raise self._no_match(run.name, request, prompt)
             cursors = ChainMap(dict(moves), self.cursors) if moves else self.cursors
             params = request.params() if self.rules.strict else b""
-            selection, move = choose(entry, request.n, params, self.rules, cursors,
-                                     (run.name, key))
+            selection, move = choose(entry, request.n, params, request.data.get("seed"),
+                                     self.rules, cursors, (run.name, key))
         except ReplayError as error:
             if len(request.prompts) > 1:
                 error.message = f"prompt {i} of {len(request.prompts)}: {error.message}"
-            self._log(run.name, request.endpoint, error)
+            error.detail.setdefault("prompt", key.hex())
+            self.count(run.name, request.endpoint, error)
             raise
         if move is not None:
             moves.append(move)
         return entry, selection
 
-    def _log(self, model: str | None, endpoint: str, error: ReplayServerError) -> None:
+    def count(self, model: str | None, endpoint: str, error: ReplayServerError) -> None:
         """Count and log, once, a request that gets no saved generation."""
         self.stats.error(model, endpoint, error, **error.detail)
         level = logging.INFO if error.status == 400 else logging.WARNING
-        log.log(level, "replay error %s model=%s %s: %s", error.code or error.status, model,
-                endpoint, error.message.replace("\n", " "))
+        quoted = error.detail.get("difference_quoted")
+        log.log(level, "replay error %s model=%s %s: %s%s", error.code or error.status, model,
+                endpoint, error.message.replace("\n", " "),
+                f" [{quoted}]" if quoted else "")
 
     def _no_match(self, model: str, request: protocol.ReplayRequest,
                   prompt: dict[str, Any]) -> NoMatch:
+        """The miss error: where the nearest saved prompt first differs, said without
+        quoting prompt text (the quotes go to the detail: /replay/misses, log, report)."""
         what = "messages" if request.endpoint == CHAT_PATH else "prompt"
         message = f"no saved generation for this prompt (model `{model}`, {request.endpoint})."
-        found = self.catalog(model, prompt["kind"]).nearest(prompt)
+        found = self.index.catalog(model, prompt["kind"]).nearest(keys.canonical(prompt))
         detail: dict[str, Any] = {"nearest": None, "difference": None}
         if found is None:
             message += f" Model `{model}` has no saved prompt for this endpoint."
         else:
             saved, where = found
             difference = first_difference(prompt, saved)
-            detail = {"nearest": where, "difference": difference}
-            message += f" Nearest saved prompt: {where}; first difference: {difference}."
+            detail = {"nearest": where, "difference": difference.describe(),
+                      "difference_quoted": difference.describe(quote=True),
+                      "difference_group": difference.group(),
+                      "first_difference": difference.to_json()}
+            message += f" Nearest saved prompt: {where}; first difference: " \
+                       f"{difference.describe()}."
         message += (" Check that the harness, task, prompt template and chat template match "
                     "the saved run; `replay-server inspect` lists what is saved.")
         error = NoMatch(message, param=what)
         error.detail = detail
         return error
-
-    def catalog(self, model: str, kind: str) -> PromptCatalog:
-        """The saved prompts of one model and endpoint kind, sorted for nearest-prompt
-        search; built on the first miss that needs them."""
-        kept = self.index.catalog(model, kind)
-        if kept is not None:
-            return kept
-        with self._catalog_lock:
-            catalog = self._catalogs.get((model, kind))
-            if catalog is None:
-                saved = self._prompts(model) if self._prompts is not None else ()
-                catalog = Catalog.build((p, w) for p, w in saved if p["kind"] == kind)
-                self._catalogs[(model, kind)] = catalog
-            return catalog
 
     def models_body(self) -> bytes:
         return orjson.dumps(protocol.models_body(sorted(self.index.models), int(self.started)))

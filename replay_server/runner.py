@@ -1,13 +1,24 @@
-"""`replay-server run`: serve a saved run, run a harness against it, fail on any miss.
+"""`replay-server run`: serve a saved run, run a harness against it, fail on anything but a
+faithful rescoring.
 
 For CI, and for harnesses that swallow HTTP errors (scoring a failed request as an empty
-answer, or retrying forever): the server runs in this process on a free port, COMMAND
-runs with OPENAI_BASE_URL / OPENAI_API_BASE pointing at it and a dummy OPENAI_API_KEY, and
-when COMMAND ends the report says what was served, what missed and why, and which saved
-generations were never asked for.
+answer, or retrying): the server runs in this process on a free port, COMMAND runs with
+OPENAI_BASE_URL / OPENAI_API_BASE pointing at it and a dummy OPENAI_API_KEY, and when
+COMMAND ends the report says what was served, what got no saved generation and why
+(distinct requests, with how many attempts each), and which saved generations were never
+asked for.
 
-Exit status: COMMAND's own when it fails; else MISSED (3) when any replay request got no
-saved generation; else UNUSED (4) with --require-all when saved samples went unused; else 0.
+Exit status, the first that applies:
+- COMMAND's own, when it fails;
+- MISSED (3): a request got no saved generation: a replay error, or any other error
+  answer to a POST or a /v1 route (a malformed request, an unknown model, a body too
+  large, a wrong API key, an unknown route, an internal error);
+- NO_REQUESTS (5): no request reached the server at all (COMMAND answered from
+  somewhere else: a harness's disk cache, or a base URL it does not take from the
+  environment);
+- UNUSED (4): saved samples were never asked for (unless --allow-unused: a deliberate
+  subset);
+- 0.
 """
 
 from __future__ import annotations
@@ -24,14 +35,17 @@ from typing import Any
 import uvicorn
 
 from .app import create_app
+from .errors import REPLAY_CODES
+from .listen import bind, uvicorn_config
 from .replay import Replayer
-from .server import bind, open_run
+from .server import open_run
 from .settings import Settings
-from .stats import OUTCOMES
 
 MISSED = 3
 UNUSED = 4
+NO_REQUESTS = 5
 GRACE_S = 10.0
+SHOWN = 20
 
 
 class _Server:
@@ -39,8 +53,8 @@ class _Server:
 
     def __init__(self, app: Any, settings: Settings) -> None:
         self.sock, self.base_url = bind(settings.host, settings.port)
-        config = uvicorn.Config(app, log_level=settings.log_level,
-                                access_log=settings.access_log)
+        config = uvicorn_config(app, settings.log_level, settings.access_log,
+                                settings.read_timeout)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        daemon=True)
@@ -74,40 +88,63 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def report(replayer: Replayer) -> list[str]:
-    """What happened, for a human: answers, errors with reasons, unused samples."""
+    """What happened, for a human: answers, failures with reasons, unused samples."""
     stats = replayer.stats
-    lines = ["replay report:"]
+    lines = ["replay report:", f"  requests: {stats.requests}"]
     for name, outcome in stats.per_model().items():
-        errors = ", ".join(f"{k}={outcome[k]}" for k in OUTCOMES[1:] if outcome[k])
+        errors = ", ".join(f"{k}={outcome[k]}" for k in REPLAY_CODES if outcome[k])
         lines.append(f"  model {name}: {outcome['hits']} prompts answered; "
                      f"errors: {errors or 'none'}; saved samples never asked for: "
                      f"{outcome['unused_samples']}")
         if outcome["unused_samples"]:
             lines.append(f"    e.g. {', '.join(stats.unused_examples(name))}")
     if stats.rejected:
-        lines.append("  rejected requests: " + ", ".join(
-            f"HTTP {code} x{n}" for code, n in sorted(stats.rejected.items())))
-    for miss in list(stats.misses)[:20]:
-        lines.append(f"  miss [{miss['code']}] {miss['endpoint']} model={miss['model']}: "
+        lines.append("  other error answers: " + ", ".join(
+            f"{code} x{n}" for code, n in sorted(stats.rejected.items())))
+    failures = sorted(stats.failures.values(), key=lambda f: f.first["time"])
+    if failures:
+        lines.append(f"  {len(failures)} distinct request(s) got no saved generation, in "
+                     f"{stats.failed()} attempt(s):")
+    for failure in failures[:SHOWN]:
+        miss = failure.first
+        tries = f" ({failure.attempts} attempts)" if failure.attempts > 1 else ""
+        lines.append(f"  - [{miss['code']}] {miss['endpoint']} model={miss['model']}{tries}: "
                      f"{miss['message']}")
+        if miss.get("difference_quoted"):
+            lines.append(f"      first difference: {miss['difference_quoted']}")
+    if len(failures) > SHOWN:
+        lines.append(f"  ... and {len(failures) - SHOWN} more (GET /replay/misses while "
+                     "serving lists the latest)")
     return lines
 
 
-def missed(replayer: Replayer) -> int:
-    per_model = replayer.stats.per_model().values()
-    return sum(sum(m[k] for k in OUTCOMES[1:]) for m in per_model) + sum(
-        replayer.stats.rejected.values())
+def verdict(replayer: Replayer, allow_unused: bool) -> tuple[int, str]:
+    """The exit status for a COMMAND that succeeded, and why."""
+    stats = replayer.stats
+    if stats.failures:
+        return MISSED, (f"{len(stats.failures)} distinct request(s) got no saved generation "
+                        f"({stats.failed()} attempt(s)): failing")
+    if stats.requests == 0:
+        return NO_REQUESTS, ("no request reached the replay server: COMMAND got its answers "
+                             "somewhere else (a harness's disk cache, such as lighteval's "
+                             ".litellm_cache or dspy's cache, or a base URL it does not take "
+                             "from OPENAI_BASE_URL): failing")
+    unused = sum(stats.unused(m) for m in replayer.index.models)
+    if unused and not allow_unused:
+        return UNUSED, (f"{unused} saved sample(s) were never asked for (the harness rescored "
+                        "less than was saved; --allow-unused accepts a deliberate subset): "
+                        "failing")
+    return 0, "every request was answered from the saved run" + (
+        f" ({unused} saved sample(s) never asked for, allowed)" if unused else "")
 
 
 def run(paths: Sequence[str | Path], settings: Settings, command: Sequence[str], *,
-        require_all: bool, stop_on_miss: bool, say: Callable[[str], None]) -> int:
+        allow_unused: bool, stop_on_miss: bool, say: Callable[[str], None]) -> int:
     """Serve `paths`, run `command` against it, report; returns the exit status."""
-    if settings.workers != 1:
-        raise ValueError("`run` serves from its own process: --workers is for `serve`")
     opened = open_run(paths, settings)
     for line in opened.report:
         say(line)
-    app = create_app(settings, opened.index, opened.prompts)
+    app = create_app(settings, opened.index)
     replayer: Replayer = app.state.replayer
     stopped = threading.Event()
     with _Server(app, settings) as server:
@@ -136,14 +173,6 @@ def run(paths: Sequence[str | Path], settings: Settings, command: Sequence[str],
     if code != 0:
         say(f"replay-server run: COMMAND failed with exit status {code}")
         return code
-    misses = missed(replayer)
-    if misses:
-        say(f"replay-server run: {misses} request(s) got no saved generation: failing")
-        return MISSED
-    unused = sum(replayer.stats.unused(m) for m in replayer.index.models)
-    if require_all and unused:
-        say(f"replay-server run: {unused} saved sample(s) were never asked for "
-            "(--require-all): failing")
-        return UNUSED
-    say("replay-server run: every request was answered from the saved run")
-    return 0
+    status, why = verdict(replayer, allow_unused)
+    say(f"replay-server run: {why}")
+    return status

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
+import gc
 import shlex
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
-import uvicorn
 
 from . import store, workers
 from .app import create_app
 from .errors import LoadError
 from .index import Index, prompt_of
+from .listen import bind, run_uvicorn, sigterm_as_interrupt
 from .loader import load, report_lines
 from .record import Recorder, RecordWriter, create_record_app
 from .records import CHAT_PATH
-from .replay import PromptSource
 from .settings import Settings
 
 
@@ -28,7 +27,6 @@ class Opened:
     """A saved run ready to serve: loaded from its files, or opened from an index file."""
 
     index: Index
-    prompts: PromptSource | None
     report: list[str]
     examples: list[tuple[str, str, dict[str, Any]]]  # (endpoint, model, keyed prompt)
 
@@ -37,10 +35,10 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
     indexes = [Path(p) for p in paths if store.is_index(Path(p))]
     if not indexes:
         loaded = load(paths, skip_bad_lines=settings.skip_bad_lines,
-                      aliases=settings.aliases())
+                      aliases=settings.aliases(), max_line=settings.max_line_size)
         examples = [(r.endpoint, r.model, prompt_of(r))
                     for _, r in sorted(loaded.examples.items())]
-        return Opened(loaded.index, loaded.saved_prompts, report_lines(loaded), examples)
+        return Opened(loaded.index, report_lines(loaded), examples)
     if len(paths) > 1:
         raise LoadError(str(indexes[0]), None, "an index file is served on its own; build "
                         "one index from all the saved files with `replay-server index`")
@@ -50,7 +48,7 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
         for name, run in index.models.items())]
     report += [f"  warning: {f} changed since the index was built; rebuild it"
                for f in index.stale_sources()]
-    return Opened(index, None, report, index.examples())
+    return Opened(index, report, index.examples())
 
 
 def snippet_lines(opened: Opened, base_url: str) -> list[str]:
@@ -75,8 +73,14 @@ def snippet_lines(opened: Opened, base_url: str) -> list[str]:
 
 
 def serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str], None]) -> None:
-    """Load, then serve until interrupted; `say` tells the user what was loaded and, once
-    the socket listens, where to point clients."""
+    """Load, then serve until interrupted (SIGINT or SIGTERM); `say` tells the user what
+    was loaded and, once the socket listens, where to point clients."""
+    with sigterm_as_interrupt():
+        _serve(paths, settings, say)
+
+
+def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str], None]
+           ) -> None:
     opened = open_run(paths, settings)
     for line in opened.report:
         say(line)
@@ -89,33 +93,24 @@ def serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str], 
     if settings.workers > 1:
         workers.run(paths, settings, sock)
         return
-    app = create_app(settings, opened.index, opened.prompts)
-    run_uvicorn(app, sock, settings.log_level, settings.access_log)
-
-
-def bind(host: str, port: int) -> tuple[socket.socket, str]:
-    """A listening socket (port 0 picks a free one) and the /v1 base URL it serves."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    bound_host, bound_port = sock.getsockname()[:2]
-    # bound to every address: show the one a client on this machine can use
-    shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(bound_host, bound_host)
-    shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
-    return sock, f"http://{shown}:{bound_port}/v1"
-
-
-def run_uvicorn(app: Any, sock: socket.socket, log_level: str, access_log: bool) -> None:
-    """Serve until SIGINT or SIGTERM; in-flight requests are drained first."""
-    config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
-                            timeout_graceful_shutdown=30)
-    uvicorn.Server(config).run(sockets=[sock])
+    app = create_app(settings, opened.index)
+    # The index lives as long as the server: moved out of the garbage collector's sight, a
+    # full collection no longer walks millions of its objects and stalls requests.
+    gc.collect()
+    gc.freeze()
+    run_uvicorn(app, sock, settings)
 
 
 def record(upstream: str, out: Path, host: str, port: int, log_level: str,
            say: Callable[[str], None]) -> None:
-    """Run the recording proxy until interrupted, then say what was recorded."""
+    """Run the recording proxy until interrupted (SIGINT or SIGTERM), then say what was
+    recorded."""
+    with sigterm_as_interrupt():
+        _record(upstream, out, host, port, log_level, say)
+
+
+def _record(upstream: str, out: Path, host: str, port: int, log_level: str,
+            say: Callable[[str], None]) -> None:
     writer = RecordWriter(out)
     if writer.set_aside is not None:
         say(f"warning: {out} ended with a cut line (a crash?); moved it to {writer.set_aside}")
@@ -125,7 +120,7 @@ def record(upstream: str, out: Path, host: str, port: int, log_level: str,
     say(f"replay-server record: ready on {base_url}")
     say(f"  export OPENAI_BASE_URL={base_url}")
     try:
-        run_uvicorn(create_record_app(recorder), sock, log_level, False)
+        run_uvicorn(create_record_app(recorder), sock, Settings(log_level=log_level))
     finally:
         writer.close()
         say(recorder.summary())

@@ -9,8 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .records import DEFAULT_MAX_LINE
+
 ENV_PREFIX = "REPLAY_SERVER_"
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
+DEFAULT_READ_TIMEOUT = 60.0
 
 
 def _setting(default: Any, help: str, **extra: Any) -> Any:
@@ -32,18 +35,33 @@ class Settings:
         "in saved order instead of failing with replay_ambiguous.")
     skip_bad_lines: bool = _setting(
         False, "Start even if some saved lines cannot be read; they are skipped and reported.")
+    max_line_size: int = _setting(
+        DEFAULT_MAX_LINE, "Longest saved line read, in bytes; a longer one is a bad line "
+        "(named with its file and line), never gigabytes of memory.")
     api_key: str | None = _setting(
         None, "Require the header `Authorization: Bearer KEY` on every route but /health. "
         "Prefer the environment variable: a command line is visible to other users.",
         metavar="KEY")
     max_body_size: int = _setting(
         DEFAULT_MAX_BODY, "Largest request body accepted, in bytes; larger ones get 413.")
+    read_timeout: float = _setting(
+        DEFAULT_READ_TIMEOUT, "Seconds a client has to send a request's headers and body; "
+        "a slower one is cut off (408), so that trickling clients cannot hold connections "
+        "forever.")
     workers: int = _setting(
         1, "Worker processes. More than 1 needs an index file (`replay-server index`), "
         "which the workers share.")
     access_log: bool = _setting(False, "Log every request (costs throughput).")
     log_level: str = _setting("info", "Log level: debug, info, warning or error.",
                               choices=("debug", "info", "warning", "error"))
+
+    def __post_init__(self) -> None:
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("--api-key (or REPLAY_SERVER_API_KEY) is set but empty: that "
+                             "would turn authentication off; give a key, or unset it")
+        for name in ("max_body_size", "max_line_size", "read_timeout", "workers"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{flag(name)} must be positive")
 
     def aliases(self) -> dict[str, str]:
         out: dict[str, str] = {}

@@ -26,17 +26,32 @@ class StreamAggregator:
         self.chat = chat
         self.done = False
         self._buffer = b""
+        self._skip_lf = False
         self._envelope: dict[str, Any] = {}
         self._choices: dict[int, dict[str, Any]] = {}
         self._usage: Any = None
 
     def feed(self, data: bytes) -> bool:
-        """Take more bytes of the stream; True once `data: [DONE]` has arrived."""
-        self._buffer += data.replace(b"\r\n", b"\n")
+        """Take more bytes of the stream; True once `data: [DONE]` has arrived. Raises
+        StreamError, and only that, for a stream it cannot aggregate."""
+        self._buffer += self._lines(data)
         while b"\n\n" in self._buffer:
             event, self._buffer = self._buffer.split(b"\n\n", 1)
-            self._event(event)
+            try:
+                self._event(event)
+            except StreamError:
+                raise
+            except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+                raise StreamError(f"a stream event has an unexpected shape: {e!r}") from None
         return self.done
+
+    def _lines(self, data: bytes) -> bytes:
+        """SSE lines end in CRLF, LF or a lone CR: all become LF. A CR at the end of a
+        piece already counts; an LF opening the next piece is then its pair."""
+        if self._skip_lf and data.startswith(b"\n"):
+            data = data[1:]
+        self._skip_lf = data.endswith(b"\r")
+        return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
 
     def _event(self, event: bytes) -> None:
         data = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n")
@@ -73,6 +88,8 @@ class StreamAggregator:
     def result(self) -> dict[str, Any]:
         if not self.done:
             raise StreamError("the stream ended before `data: [DONE]`")
+        if not all(isinstance(i, int) for i in self._choices):
+            raise StreamError("a stream chunk has a choice without an integer index")
         body: dict[str, Any] = {"id": self._envelope.get("id"),
                                 "object": "chat.completion" if self.chat else "text_completion"}
         body.update((k, v) for k, v in self._envelope.items() if k != "id")

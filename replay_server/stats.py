@@ -1,8 +1,14 @@
-"""What the replay server counts: answers, every replay error, and saved samples never used.
+"""What the replay server counts: answers, every request it could not answer, and saved
+samples never used.
 
 Some harnesses swallow HTTP errors (they score a failed request as an empty answer, or
-retry forever), so every error is also kept here for `/replay/status`, `/replay/misses`
-and the report of `replay-server run`, and can trigger a hook (`run --stop-on-miss`).
+retry), so every error is also kept here for `/replay/status`, `/replay/misses` and the
+report of `replay-server run`, and can trigger a hook (`run --stop-on-miss`). An error is
+counted per model under its replay code when the request named a served model; every
+other error on the API (a malformed request, an unknown model, a body too large, an
+internal error, an unknown /v1 route) is counted as *rejected*, by HTTP status. Failures
+are also grouped by what was asked, so that a harness's retries count as attempts of one
+failure, not as several.
 """
 
 from __future__ import annotations
@@ -10,14 +16,23 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ReplayServerError
+from .errors import REPLAY_CODES, ReplayServerError
 from .index import Entry, Exchange, Index, Selection, entry_of
 
-# The codes counted per model, in the order reports show them.
-OUTCOMES = ("hits", "replay_no_match", "replay_unusable", "replay_ambiguous",
-            "replay_n_mismatch", "replay_exhausted", "replay_params_mismatch")
+# The outcomes counted per model, in the order reports show them.
+OUTCOMES = ("hits", *REPLAY_CODES)
+
+
+@dataclass
+class Failure:
+    """One distinct request that got no saved generation, and how often it was sent."""
+
+    first: dict[str, Any]
+    attempts: int = 1
+    last_time: float = field(default=0.0)
 
 
 class Stats:
@@ -26,6 +41,8 @@ class Stats:
         self.counts: dict[str, Counter[str]] = {name: Counter() for name in index.models}
         self.rejected: Counter[str] = Counter()
         self.misses: deque[dict[str, Any]] = deque(maxlen=100)
+        self.failures: dict[tuple[Any, ...], Failure] = {}
+        self.requests = 0
         # Used choices by exchange; `Exchange.start` identifies an exchange (its offset in
         # the run's body buffer, kept as is in an index file).
         self.used: dict[int, set[int]] = {}
@@ -37,6 +54,8 @@ class Stats:
             counter.clear()
         self.rejected.clear()
         self.misses.clear()
+        self.failures.clear()
+        self.requests = 0
         self.used.clear()
         self.used_samples.clear()
 
@@ -64,11 +83,23 @@ class Stats:
             self.counts[model][code] += 1
         else:
             self.rejected[code] += 1
-        miss = {"time": round(time.time(), 3), "model": model, "endpoint": endpoint,
+        now = round(time.time(), 3)
+        miss = {"time": now, "model": model, "endpoint": endpoint, "status": error.status,
                 "code": code, "message": error.message, **detail}
         self.misses.append(miss)
+        what = (model, endpoint, code, detail.get("prompt") or error.message)
+        failure = self.failures.get(what)
+        if failure is None:
+            self.failures[what] = Failure(miss, 1, now)
+        else:
+            failure.attempts += 1
+            failure.last_time = now
         if self.on_error is not None:
             self.on_error(miss)
+
+    def failed(self) -> int:
+        """Requests that got no saved generation, retries included."""
+        return sum(f.attempts for f in self.failures.values())
 
     def unused(self, model: str) -> int:
         return self.index.models[model].samples - self.used_samples[model]

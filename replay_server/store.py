@@ -9,8 +9,9 @@ the run's size, keeps little in memory, and several worker processes share one c
     models(id, name, records, samples, unusable_records, prompts)
     entries(k BLOB PRIMARY KEY, v)  k = model id (2 bytes) + key; v = one encoded entry
     prompts(id, model_id, kind, prompt, place)
-                                   every saved prompt, in the order of `nearest.flatten`,
-                                   for miss diagnostics by binary search on `id`
+                                   every saved prompt (canonical JSON), sorted bytewise per
+                                   model and kind, for miss diagnostics by binary search
+                                   on `id` (see nearest.py)
     prompt_ranges(model_id, kind, first, last)
 
 An entry is encoded as a 4-byte header length, the header (JSON: the Entry's shape, each
@@ -32,11 +33,12 @@ from . import keys
 from .errors import LoadError
 from .index import Bodies, Entry, Exchange, Index, Instance, ModelRun
 from .loader import Loaded
-from .nearest import closest, flatten
+from .nearest import EMPTY, Catalog, PromptCatalog, closest
 from .records import CHAT_PATH, COMPLETION_PATH
+from .samples import seeds
 
 FORMAT = "replay-server index"
-VERSION = 1
+VERSION = 2
 SQLITE_MAGIC = b"SQLite format 3\x00"
 MMAP_BYTES = 1 << 40
 
@@ -67,7 +69,7 @@ def encode(value: Entry | Exchange) -> bytes:
         exchanges = [value]
     else:
         head = ["e", value.uniform, [_instance_head(i) for i in value.instances],
-                [_instance_head(i) for i in value.unusable]]
+                [_instance_head(i) for i in value.unusable], value.by_seed is not None]
         exchanges = [e for i in value.instances + value.unusable for e in i.exchanges]
     header = orjson.dumps(head)
     return len(header).to_bytes(4, "little") + header + b"".join(e.body for e in exchanges)
@@ -90,7 +92,10 @@ def decode(data: bytes) -> Entry | Exchange:
 
     if head[0] == "x":
         return exchange(head[1])
-    return Entry([instance(i) for i in head[2]], [instance(i) for i in head[3]], head[1])
+    entry = Entry([instance(i) for i in head[2]], [instance(i) for i in head[3]], head[1])
+    if head[4]:
+        entry.by_seed = seeds(entry.instances)
+    return entry
 
 
 def is_index(path: Path) -> bool:
@@ -106,8 +111,6 @@ CREATE TABLE meta(name TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE models(id INTEGER PRIMARY KEY, name TEXT UNIQUE, records INTEGER,
                     samples INTEGER, unusable_records INTEGER, prompts INTEGER);
 CREATE TABLE entries(k BLOB PRIMARY KEY, v BLOB);
-CREATE TABLE raw_prompts(model_id INTEGER, kind TEXT, k BLOB, flat TEXT, prompt BLOB,
-                         place TEXT);
 CREATE TABLE prompts(id INTEGER PRIMARY KEY, model_id INTEGER, kind TEXT, prompt BLOB,
                      place TEXT);
 CREATE TABLE prompt_ranges(model_id INTEGER, kind TEXT, first INTEGER, last INTEGER,
@@ -118,6 +121,7 @@ CREATE TABLE prompt_ranges(model_id INTEGER, kind TEXT, first INTEGER, last INTE
 def write(loaded: Loaded, out: Path) -> int:
     """Compile a loaded run into `out` (written beside it, then renamed); returns the
     number of prompts."""
+    loaded.plan.refuse_output(out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     try:
@@ -155,17 +159,15 @@ def _write_entries(db: sqlite3.Connection, index: Index, ids: dict[str, int]) ->
 
 
 def _write_prompts(db: sqlite3.Connection, loaded: Loaded, ids: dict[str, int]) -> None:
-    """Every saved prompt, deduplicated and sorted with SQLite's own (external) sort."""
-    for name in loaded.index.models:
-        rows = ((ids[name], p["kind"], keys.key_of(p), flatten(p), keys.canonical(p), where)
-                for p, where in loaded.saved_prompts(name))
-        db.executemany("INSERT INTO raw_prompts VALUES (?, ?, ?, ?, ?, ?)", rows)
-    db.execute("""INSERT INTO prompts(model_id, kind, prompt, place)
-                  SELECT model_id, kind, prompt, MIN(place) FROM raw_prompts
-                  GROUP BY model_id, k ORDER BY model_id, kind, flat""")
-    db.execute("""INSERT INTO prompt_ranges SELECT model_id, kind, MIN(id), MAX(id)
-                  FROM prompts GROUP BY model_id, kind""")
-    db.execute("DROP TABLE raw_prompts")
+    """Every saved prompt, from the catalogs built with the index (already sorted)."""
+    for (name, kind), catalog in sorted(loaded.index.catalogs.items()):
+        assert isinstance(catalog, Catalog)
+        first = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM prompts").fetchone()[0]
+        db.executemany("INSERT INTO prompts(model_id, kind, prompt, place) VALUES (?, ?, ?, ?)",
+                       ((ids[name], kind, p, w) for p, w in zip(catalog.prompts, catalog.wheres,
+                                                                strict=True)))
+        db.execute("INSERT INTO prompt_ranges VALUES (?, ?, ?, ?)",
+                   (ids[name], kind, first, first + len(catalog.prompts) - 1))
 
 
 class StoredEntries:
@@ -200,13 +202,13 @@ class StoredCatalog:
     def __init__(self, db: sqlite3.Connection, first: int, last: int) -> None:
         self.db, self.first, self.last = db, first, last
 
-    def _flat(self, row_id: int) -> str:
-        row = self.db.execute("SELECT prompt FROM prompts WHERE id = ?", (row_id,)).fetchone()
-        return flatten(orjson.loads(row[0]))
+    def _prompt(self, i: int) -> bytes:
+        row = self.db.execute("SELECT prompt FROM prompts WHERE id = ?", (self.first + i,)
+                              ).fetchone()
+        return bytes(row[0])
 
-    def nearest(self, prompt: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
-        best = closest(lambda i: self._flat(self.first + i), self.last - self.first + 1,
-                       flatten(prompt))
+    def nearest(self, canonical: bytes) -> tuple[dict[str, Any], str] | None:
+        best = closest(self._prompt, self.last - self.first + 1, canonical)
         if best is None:
             return None
         saved, place = self.db.execute("SELECT prompt, place FROM prompts WHERE id = ?",
@@ -241,10 +243,10 @@ class StoredIndex(Index):
         self.model_ids = {name: model_id for model_id, name, *_ in model_rows}
         super().__init__(models, aliases)
 
-    def catalog(self, model: str, kind: str) -> StoredCatalog | None:
+    def catalog(self, model: str, kind: str) -> PromptCatalog:
         row = self.db.execute("SELECT first, last FROM prompt_ranges WHERE model_id = ? "
                               "AND kind = ?", (self.model_ids[model], kind)).fetchone()
-        return StoredCatalog(self.db, row[0], row[1]) if row else None
+        return StoredCatalog(self.db, row[0], row[1]) if row else EMPTY
 
     def examples(self) -> list[tuple[str, str, dict[str, Any]]]:
         """One saved prompt per endpoint kind, for the start-up snippet."""

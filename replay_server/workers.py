@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import uvicorn
 from fastapi import FastAPI
 from uvicorn.supervisors import Multiprocess
 
 from .app import create_app
 from .errors import LoadError
 from .index import Index
+from .listen import SlowClientProtocol, uvicorn_config
 from .settings import Settings
 from .store import StoredIndex
 
@@ -49,9 +49,9 @@ def run(paths: Sequence[str | Path], settings: Settings, sock: socket.socket) ->
     """Serve with `settings.workers` processes on a socket bound by the caller."""
     os.environ[ENV] = orjson.dumps({"path": str(Path(paths[0]).resolve()),
                                     "settings": dataclasses.asdict(settings)}).decode()
-    config = uvicorn.Config("replay_server.workers:create", factory=True,
-                            workers=settings.workers, log_level=settings.log_level,
-                            access_log=settings.access_log, timeout_graceful_shutdown=30)
+    config = uvicorn_config("replay_server.workers:create", settings.log_level,
+                            settings.access_log, settings.read_timeout, factory=True,
+                            workers=settings.workers)
     Multiprocess(config, sockets=[sock]).run()
 
 
@@ -61,4 +61,5 @@ def create() -> FastAPI:
     values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
                               for k, v in spec["settings"].items()}
     settings = Settings(**values)
+    SlowClientProtocol.read_timeout = settings.read_timeout
     return create_app(settings, StoredIndex(Path(spec["path"]), settings.aliases()))

@@ -14,8 +14,9 @@ import httpx
 import orjson
 import uvicorn
 
-from replay_server import index as index_mod
+from replay_server import indexing
 from replay_server.app import create_app
+from replay_server.index import Index
 from replay_server.records import CHAT_PATH, COMPLETION_PATH, Record, validate
 from replay_server.server import open_run
 from replay_server.settings import Settings
@@ -77,8 +78,8 @@ def write_jsonl(path: Path, records: list[Record | dict[str, Any]]) -> Path:
     return path
 
 
-def build(records: list[Record], **aliases: str) -> index_mod.Index:
-    return index_mod.build(records, aliases or None)
+def build(records: list[Record], **aliases: str) -> Index:
+    return indexing.build(records, aliases or None)
 
 
 def free_port() -> int:
@@ -115,7 +116,7 @@ def serving(paths: list[Path] | list[str], settings: Settings | None = None) -> 
     """Load saved files the way `serve` does and run them on a real uvicorn."""
     settings = settings or Settings()
     opened = open_run(paths, settings)
-    with running(create_app(settings, opened.index, opened.prompts)) as url:
+    with running(create_app(settings, opened.index)) as url:
         yield url
 
 

@@ -75,13 +75,13 @@ def test_the_readme_quick_start_runs_as_written(example: str) -> None:
 @pytest.mark.http
 def test_the_readme_miss_example_is_what_the_server_says(example: str) -> None:
     client = openai.OpenAI(base_url=example, api_key="x")
-    with pytest.raises(openai.UnprocessableEntityError) as e:
+    with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="demo/tiny-chat-model", messages=[
             {"role": "system", "content": "Answer with a number only."},
             {"role": "user", "content": "What is 2+3?"}])
-    shown = README.split("openai.UnprocessableEntityError: Error code: 422 - ", 1)[1]
+    shown = README.split("openai.BadRequestError: Error code: 400 - ", 1)[1]
     shown = " ".join(shown.split("...", 1)[0].split())
-    assert str(e.value).startswith("Error code: 422 - " + shown)
+    assert str(e.value).startswith("Error code: 400 - " + shown)
 
 
 def test_a_bad_saved_file_stops_start_up_naming_file_and_line(tmp_path: Path) -> None:

@@ -329,7 +329,7 @@ print(json.dumps(out))
 """
     done = server.host([sys.executable, "-c", client])
     assert json.loads(done.stdout) == {
-        "answer": "4", "usage": 9, "miss": [422, "replay_no_match", "false"]}, done.stderr
+        "answer": "4", "usage": 9, "miss": [400, "replay_no_match", "false"]}, done.stderr
 
 
 def test_the_healthcheck_fails_when_nothing_answers(server: Server) -> None:

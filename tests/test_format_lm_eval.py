@@ -62,7 +62,7 @@ def test_chat_repeats_replay_in_saved_order_then_run_out() -> None:
                 assert choice["message"]["content"] == \
                     call["response"]["choices"][0]["message"]["content"]
                 assert choice["finish_reason"] is None and got.json()["usage"] is None
-            assert_error(http.post("/chat/completions", json=calls[0]["request"]), 422,
+            assert_error(http.post("/chat/completions", json=calls[0]["request"]), 400,
                          "replay_exhausted")
 
 
@@ -102,7 +102,7 @@ def test_a_string_prompt_at_batch_size_one_matches_too() -> None:
 def test_loglikelihood_requests_are_never_answered() -> None:
     with serving([DATA]) as url, httpx.Client(base_url=url) as http:
         for call in wire("loglikelihood_mc")[:2]:
-            assert_error(http.post("/completions", json=call["request"]), 422,
+            assert_error(http.post("/completions", json=call["request"]), 400,
                          "replay_no_match")
 
 
@@ -135,7 +135,7 @@ def test_the_null_answer_placeholder_is_unusable(tmp_path: Path) -> None:
     with serving([tmp_path]) as url, httpx.Client(base_url=url) as http:
         error = assert_error(http.post("/chat/completions",
                                        json=wire("chat_repeats")[0]["request"]),
-                             422, "replay_unusable")
+                             400, "replay_unusable")
         assert "null-answer placeholder" in error["message"] and f"{path}:1" in error["message"]
 
 

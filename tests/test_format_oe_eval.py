@@ -133,14 +133,21 @@ def test_repeats_sharing_one_request_send_the_earlier_prefixes(tmp_path: Path) -
 
 
 @pytest.mark.http
-def test_seeded_repeats_are_one_prompt_served_in_idx_order(tmp_path: Path) -> None:
+def test_seeded_repeats_are_served_by_seed_in_any_order_any_number_of_times(
+        tmp_path: Path) -> None:
     run = repeats_without_seeds(tmp_path, seeds=[1, 2, 3])
     base = jsonl(DATA / "run_vllm" / "expected_requests.jsonl")[0]["request"]
     with serving([run]) as url, httpx.Client(base_url=url) as http:
-        for i in range(3):
+        for i in [2, 0, 1, 2, 0, 1]:  # concurrent repeats arrive in any order; a second pass
             got = http.post("/chat/completions", json={**base, "seed": i + 1})
             assert got.json()["choices"][0]["message"]["content"] == f" answer {i}"
-        assert_error(http.post("/chat/completions", json=base), 422, "replay_exhausted")
+        assert_error(http.post("/chat/completions", json={**base, "seed": 7}), 400,
+                     "replay_params_mismatch", "seed")
+        # without a seed, the repeats come in saved order, as before
+        for i in range(3):
+            got = http.post("/chat/completions", json=base)
+            assert got.json()["choices"][0]["message"]["content"] == f" answer {i}"
+        assert_error(http.post("/chat/completions", json=base), 400, "replay_exhausted")
 
 
 def test_predictions_without_requests_are_skipped_and_said_why(tmp_path: Path) -> None:

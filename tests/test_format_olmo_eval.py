@@ -97,7 +97,7 @@ def test_n3_is_one_call_and_n1_calls_get_the_samples_in_order() -> None:
         assert [r.choices[0].message.content for r in alone] == call["expect"]["texts"]
         assert [r.usage.completion_tokens for r in alone if r.usage] == [73, 55, 95]
         with httpx.Client(base_url=url) as http:
-            assert_error(http.post("/chat/completions", json=one), 422, "replay_exhausted")
+            assert_error(http.post("/chat/completions", json=one), 400, "replay_exhausted")
 
 
 def test_model_name_is_the_metrics_name_when_it_matches_the_folder(tmp_path: Path) -> None:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import openai
 import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from replay_server import keys
 from replay_server.app import create_app
-from replay_server.index import prompt_of
-from replay_server.records import Record
 from replay_server.settings import Settings
 
 from .support import (
@@ -59,14 +57,9 @@ class Counting:
         await self.app(scope, receive, send)
 
 
-def saved_prompts(records: list[Record]) -> Any:
-    return lambda model: [(prompt_of(r), r.where) for r in records if r.model == model]
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, Counting]]:
-    app = Counting(create_app(Settings(max_body_size=100_000), build(RECORDS),
-                              saved_prompts(RECORDS)))
+    app = Counting(create_app(Settings(max_body_size=100_000), build(RECORDS)))
     with running(app) as url:
         yield url, app
 
@@ -166,11 +159,11 @@ async def test_async_client_under_concurrency(server: tuple[str, Counting]) -> N
     ("colors?", 3, "replay_n_mismatch"),
     ("broken?", 1, "replay_unusable"),
 ])
-def test_replay_errors_are_422_and_sent_once(client: openai.OpenAI,
+def test_replay_errors_are_400_and_sent_once(client: openai.OpenAI,
                                              server: tuple[str, Counting],
                                              text: str, n: int, code: str) -> None:
     before = len(server[1].seen)
-    with pytest.raises(openai.UnprocessableEntityError) as e:
+    with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL, messages=user(text), n=n)  # type: ignore
     assert e.value.code == code
     assert len(server[1].seen) == before + 1
@@ -179,13 +172,13 @@ def test_replay_errors_are_422_and_sent_once(client: openai.OpenAI,
 def test_exhausted_after_the_saved_samples(client: openai.OpenAI) -> None:
     for _ in range(2):
         client.chat.completions.create(model=MODEL, messages=user("colors?"))  # type: ignore
-    with pytest.raises(openai.UnprocessableEntityError) as e:
+    with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL, messages=user("colors?"))  # type: ignore
     assert e.value.code == "replay_exhausted"
 
 
 def test_a_miss_says_where_the_nearest_prompt_differs(client: openai.OpenAI) -> None:
-    with pytest.raises(openai.UnprocessableEntityError) as e:
+    with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL, messages=user("2+2? "))  # type: ignore
     assert "saved.jsonl:1" in e.value.message
     assert "message 0 (user), character 4" in e.value.message
@@ -194,7 +187,7 @@ def test_a_miss_says_where_the_nearest_prompt_differs(client: openai.OpenAI) -> 
 def test_a_miss_on_a_stream_fails_before_any_stream_starts(server: tuple[str, Counting]) -> None:
     r = httpx.post(server[0] + "/chat/completions",
                    json={"model": MODEL, "messages": user("nope"), "stream": True})
-    assert_error(r, 422, "replay_no_match", "messages")
+    assert_error(r, 400, "replay_no_match", "messages")
 
 
 def test_unknown_model_is_404_and_not_retried(client: openai.OpenAI,
@@ -261,11 +254,11 @@ def test_models_health_and_status(server: tuple[str, Counting]) -> None:
     httpx.post(base + "/replay/reset")
     openai.OpenAI(base_url=server[0], api_key="x").chat.completions.create(
         model=MODEL, messages=user("2+2?"))  # type: ignore
-    with pytest.raises(openai.UnprocessableEntityError):
+    with pytest.raises(openai.BadRequestError):
         openai.OpenAI(base_url=server[0], api_key="x").chat.completions.create(
             model=MODEL, messages=user("nope"))  # type: ignore
     status = httpx.get(base + "/replay/status").json()
     model = status["models"][MODEL]
     assert model["records"] == len(RECORDS) and model["prompts"] == 7
     assert model["hits"] == 1 and model["replay_no_match"] == 1
-    assert status["key_version"] == 1
+    assert status["key_version"] == keys.KEY_VERSION

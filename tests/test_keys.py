@@ -20,8 +20,8 @@ def chat_key(**request: Any) -> bytes:
     return keys.key_of(keys.chat_prompt(request))
 
 
-def completion_key(prompt: Any, echo: Any = None) -> bytes:
-    return keys.key_of(keys.completion_prompt(prompt, echo))
+def completion_key(prompt: Any, **request: Any) -> bytes:
+    return keys.key_of(keys.completion_prompt(prompt, {"prompt": prompt, **request}))
 
 
 BASE = chat_key()
@@ -101,7 +101,7 @@ def test_unicode_is_never_normalised() -> None:
 
 def test_sampling_params_drop_nulls_and_leave_out_n() -> None:
     params = keys.sampling_params({"temperature": 0, "top_p": None, "n": 4, "seed": 1,
-                                   "messages": []})
+                                   "messages": [], "stream": True, "model": "m"}, keys.CHAT)
     assert params == {"temperature": 0, "seed": 1}
 
 

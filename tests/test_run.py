@@ -39,8 +39,8 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
-def test_a_command_that_gets_every_answer_passes_even_with_require_all() -> None:
-    result = run("--require-all", "--", sys.executable, "-c", ALL)
+def test_a_command_that_gets_every_answer_passes() -> None:
+    result = run("--", sys.executable, "-c", ALL)
     assert result.returncode == 0, result.stderr
     assert "['Red.', 'Blue.']" in result.stdout
     assert "5 prompts answered; errors: none; saved samples never asked for: 0" in result.stderr
@@ -49,11 +49,12 @@ def test_a_command_that_gets_every_answer_passes_even_with_require_all() -> None
 
 def test_a_swallowed_miss_fails_the_run_with_the_reason() -> None:
     result = run("--", sys.executable, "-c", ASK + "print(chat('Name a colour'))")
-    assert result.stdout.strip() == "error 422"
+    assert result.stdout.strip() == "error 400"
     assert result.returncode == 3
     assert "replay_no_match=1" in result.stderr
     assert "first difference: message 0 (user), character 7" in result.stderr
-    assert "1 request(s) got no saved generation: failing" in result.stderr
+    assert "1 distinct request(s) got no saved generation (1 attempt(s)): failing" \
+        in result.stderr
 
 
 def test_a_command_that_fails_on_its_own_keeps_its_exit_status() -> None:
@@ -62,13 +63,15 @@ def test_a_command_that_fails_on_its_own_keeps_its_exit_status() -> None:
     assert "COMMAND failed with exit status 7" in result.stderr
 
 
-def test_require_all_fails_when_saved_generations_go_unused() -> None:
+def test_saved_generations_never_asked_for_fail_unless_allowed() -> None:
     ask_one = ASK + "print(chat('Write a haiku about rescoring.'))"
-    assert run("--", sys.executable, "-c", ask_one).returncode == 0
-    result = run("--require-all", "--", sys.executable, "-c", ask_one)
+    result = run("--", sys.executable, "-c", ask_one)
     assert result.returncode == 4
     assert "saved samples never asked for: 5" in result.stderr
     assert "examples/demo-run.jsonl:1" in result.stderr
+    allowed = run("--allow-unused", "--", sys.executable, "-c", ask_one)
+    assert allowed.returncode == 0, allowed.stderr
+    assert "5 saved sample(s) never asked for, allowed" in allowed.stderr
 
 
 def test_stop_on_miss_stops_the_command_at_the_first_miss() -> None:

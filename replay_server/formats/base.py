@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import LoadError
-from ..records import Record, iter_jsonl, parse_line
+from ..records import DEFAULT_MAX_LINE, Record, iter_jsonl, parse_line
 
 
 class Reader(Protocol):
@@ -36,6 +36,7 @@ class Reader(Protocol):
 @dataclass
 class LoadContext:
     skip_bad_lines: bool = False
+    max_line: int = DEFAULT_MAX_LINE
     on_progress: Callable[[int], None] = lambda n: None
     bad_lines: list[LoadError] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
@@ -63,12 +64,12 @@ def json_lines(path: Path, ctx: LoadContext) -> Iterator[tuple[int, Any]]:
     progress; a line that is not JSON goes to `ctx.bad` (which stops the load unless the
     user asked to skip bad lines)."""
     file = str(path)
-    for line, raw, size in iter_jsonl(path):
+    for line, raw, size in iter_jsonl(path, ctx.max_line):
         ctx.progress(size)
         if not raw:
             continue
         try:
-            value = parse_line(raw, file, line)
+            value = parse_line(raw, file, line, ctx.max_line)
         except LoadError as error:
             ctx.bad(error)
             continue

@@ -1,0 +1,111 @@
+"""Where the servers listen: a bound socket, and uvicorn run the one way they all use.
+
+Every server here (serve, run, the workers, the recorder) runs uvicorn with httptools and
+`SlowClientProtocol`, which cuts off a client that does not send its request's headers in
+time; the replay app cuts off a slow body itself (408).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .settings import DEFAULT_READ_TIMEOUT, Settings
+
+
+def bind(host: str, port: int) -> tuple[socket.socket, str]:
+    """A listening socket (port 0 picks a free one) and the /v1 base URL it serves."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    bound_host, bound_port = sock.getsockname()[:2]
+    # bound to every address: show the one a client on this machine can use
+    shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(bound_host, bound_host)
+    shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
+    return sock, f"http://{shown}:{bound_port}/v1"
+
+
+class SlowClientProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP protocol, but a client that has not sent a request's headers within
+    `read_timeout` seconds of connecting (or of starting the request) is cut off: trickled
+    headers would otherwise hold the connection forever. (A slow body is cut off by the
+    app, with a 408.)"""
+
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._deadline is None:
+            self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._deadline = self.loop.call_later(self.read_timeout, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def uvicorn_config(app: Any, log_level: str, access_log: bool,
+                   read_timeout: float = DEFAULT_READ_TIMEOUT, **more: Any) -> uvicorn.Config:
+    """How every server here runs uvicorn: httptools with the slow-client cut-off."""
+    SlowClientProtocol.read_timeout = read_timeout
+    return uvicorn.Config(app, log_level=log_level, access_log=access_log,
+                          http=SlowClientProtocol, timeout_graceful_shutdown=30, **more)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt, as SIGINT does, while this lasts: the caller
+    finishes its work (a summary, exit status 0) rather than being killed. While uvicorn
+    serves, it takes both signals itself, drains the requests in flight, and then raises
+    the signal again, which lands here."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals are the main thread's
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_uvicorn(app: Any, sock: socket.socket, settings: Settings) -> None:
+    """Serve until SIGINT or SIGTERM; in-flight requests are drained first."""
+    config = uvicorn_config(app, settings.log_level, settings.access_log,
+                            settings.read_timeout)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
