@@ -13,7 +13,8 @@ from typing import Any, NoReturn
 import click
 import orjson
 
-from . import inspection, runner, server, store
+from . import index_file, runner, server, summary
+from .convert import convert_paths
 from .errors import LoadError
 from .loader import load, report_lines
 from .records import DEFAULT_MAX_LINE
@@ -128,14 +129,14 @@ def inspect(paths: tuple[str, ...], skip_bad_lines: bool, as_json: bool,
     1 when --skip-bad-lines skipped some lines, else 0.
     """
     try:
-        report = inspection.summary(load(paths, skip_bad_lines=skip_bad_lines,
+        report = summary.summary(load(paths, skip_bad_lines=skip_bad_lines,
                                          max_line=max_line_size))
     except LoadError as error:
         _fail(error)
     if as_json:
         click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     else:
-        click.echo("\n".join(inspection.render(report)))
+        click.echo("\n".join(summary.render(report)))
     sys.exit(1 if report["bad_lines"] else 0)
 
 
@@ -153,7 +154,7 @@ def convert(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
     `serve OUTPUT` then answers exactly as `serve PATHS` does.
     """
     try:
-        count, ctx = inspection.convert(paths, output, skip_bad_lines=skip_bad_lines,
+        count, ctx = convert_paths(paths, output, skip_bad_lines=skip_bad_lines,
                                         max_line=max_line_size)
     except LoadError as error:
         _fail(error)
@@ -206,7 +207,7 @@ def build_index(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
         loaded = load(paths, skip_bad_lines=skip_bad_lines, max_line=max_line_size)
         for line in report_lines(loaded):
             _say(line)
-        prompts = store.write(loaded, output)
+        prompts = index_file.write(loaded, output)
     except LoadError as error:
         _fail(error)
     _say(f"wrote {output}: {prompts} prompts")
@@ -254,7 +255,7 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
         raise click.UsageError("give the command to run after `--`")
     try:
         settings = _settings(options)
-        code = runner.run(paths, settings, command, allow_unused=allow_unused,
+        code = runner.run_command(paths, settings, command, allow_unused=allow_unused,
                           stop_on_miss=stop_on_miss, say=_say)
     except (LoadError, ValueError, OSError) as error:
         _fail(error)

@@ -149,7 +149,7 @@ class Index:
                 raise ValueError(f"--model-alias {client}={saved}: `{client}` is a saved model "
                                  "itself; an alias never shadows a served model's own name")
 
-    def run(self, model: str | None) -> ModelRun:
+    def select(self, model: str | None) -> ModelRun:
         """The saved run a request's `model` selects: the model of that name, else the one
         an alias maps it to (`*` maps any other name)."""
         if model is None:
@@ -177,10 +177,11 @@ def entry_of(value: Entry | Exchange) -> Entry:
 
 
 def prompt_of(record: Record) -> dict[str, Any]:
-    """The keyed prompt of a saved record (one prompt: a batch is saved prompt by prompt)."""
-    if record.endpoint == CHAT_PATH:
-        return keys.chat_prompt(record.request)
-    return keys.completion_prompt(record.request["prompt"], record.request)
+    """The keyed prompt of a saved record (one prompt: a batch is saved prompt by prompt,
+    and `records.validate` checked its form)."""
+    found = keys.prompts(kind_of(record.endpoint), record.request)
+    assert found is not None and len(found) == 1
+    return found[0]
 
 
 def kind_of(endpoint: str) -> str:

@@ -343,6 +343,41 @@ def completion_prompt(prompt: str | list[int], request: dict[str, Any] | None = 
     return keyed
 
 
+def is_token_ids(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) > 0
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+    )
+
+
+def split_prompts(prompt: Any) -> list[str | list[int]] | None:
+    """The prompts of a completion request, one by one; None if `prompt` has no valid form.
+
+    Accepted: a string, a list of token ids, a list of strings, a list of token-id lists.
+    """
+    if isinstance(prompt, str) or is_token_ids(prompt):
+        return [prompt]
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            return list(prompt)
+        if all(is_token_ids(p) for p in prompt):
+            return list(prompt)
+    return None
+
+
+def prompts(kind: str, request: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The keyed prompts of a request or a saved record: one for chat, one per prompt of a
+    completion batch; None when a completion `prompt` has no valid form. The one place a
+    request becomes what is keyed."""
+    if kind == CHAT:
+        return [chat_prompt(request)]
+    split = split_prompts(request.get("prompt"))
+    if split is None:
+        return None
+    return [completion_prompt(p, request) for p in split]
+
+
 def canonical(prompt: dict[str, Any]) -> bytes:
     """Canonical JSON: sorted keys, compact separators, UTF-8 kept. Raises Unkeyable for a
     value nested too deeply to encode (orjson's limit)."""

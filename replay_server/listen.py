@@ -82,30 +82,52 @@ def uvicorn_config(app: Any, log_level: str, access_log: bool,
                           http=SlowClientProtocol, timeout_graceful_shutdown=30, **more)
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+class _Stop:
+    """Whether uvicorn is serving (it then handles SIGTERM itself), and whether a SIGTERM
+    came while it was starting."""
+
+    serving = False
+    requested = False
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    if not _Stop.serving:
+        raise KeyboardInterrupt  # loading: stop now, as Ctrl-C does
+    _Stop.requested = True  # uvicorn drains and returns, or is told to at startup
 
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt, as SIGINT does, while this lasts: the caller
-    finishes its work (a summary, exit status 0) rather than being killed. While uvicorn
-    serves, it takes both signals itself, drains the requests in flight, and then raises
-    the signal again, which lands here."""
+    """SIGTERM stops the command as SIGINT does, while this lasts: before serving it
+    raises KeyboardInterrupt; while uvicorn serves, uvicorn drains the requests in flight
+    and returns, and the caller finishes its work (a summary, exit status 0) rather than
+    being killed by the signal uvicorn raises again. No exception is ever raised from the
+    handler while the event loop runs."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signals are the main thread's
         return
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
+class _Server(uvicorn.Server):
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if _Stop.requested:  # a SIGTERM before uvicorn took the signal over
+            self.should_exit = True
+
+
 def run_uvicorn(app: Any, sock: socket.socket, settings: Settings) -> None:
     """Serve until SIGINT or SIGTERM; in-flight requests are drained first."""
     config = uvicorn_config(app, settings.log_level, settings.access_log,
                             settings.read_timeout)
-    uvicorn.Server(config).run(sockets=[sock])
+    _Stop.serving = True
+    try:
+        _Server(config).run(sockets=[sock])
+    finally:
+        _Stop.serving = False
 
 

@@ -27,7 +27,7 @@ EXCERPT = 24
 
 class PromptCatalog(Protocol):
     """Anything that finds the saved prompt nearest to a request: this module's in-memory
-    Catalog, or the one an index file keeps (store.StoredCatalog)."""
+    Catalog, or the one an index file keeps (index_file.StoredCatalog)."""
 
     def nearest(self, canonical: bytes) -> tuple[dict[str, Any], str] | None: ...
 

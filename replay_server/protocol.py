@@ -14,7 +14,7 @@ import orjson
 
 from . import keys
 from .errors import BadRequest
-from .records import CHAT_PATH, COMPLETION_PATH, split_prompts
+from .records import CHAT_PATH, COMPLETION_PATH
 
 
 @dataclass(slots=True)
@@ -114,16 +114,6 @@ def _messages(data: dict[str, Any]) -> None:
                              param=f"messages[{i}]")
 
 
-def _prompts(data: dict[str, Any]) -> list[dict[str, Any]]:
-    if data.get("prompt") is None:
-        raise BadRequest("`prompt` is required", param="prompt")
-    prompts = split_prompts(data["prompt"])
-    if prompts is None:
-        raise BadRequest("`prompt` must be a string, a list of strings, a list of token ids "
-                         "or a list of token-id lists, and not empty", param="prompt")
-    return [keys.completion_prompt(p, data) for p in prompts]
-
-
 def parse(endpoint: str, body: bytes) -> ReplayRequest:
     """A checked replay request from raw body bytes, or BadRequest naming the field."""
     if not body.strip():
@@ -135,12 +125,16 @@ def parse(endpoint: str, body: bytes) -> ReplayRequest:
     if not isinstance(data, dict):
         raise BadRequest(f"the request body must be a JSON object, got {_type_name(data)}")
     _check_types(data, endpoint)
+    kind = keys.CHAT if endpoint == CHAT_PATH else keys.COMPLETION
+    if kind == keys.CHAT:
+        _messages(data)
+    elif data.get("prompt") is None:
+        raise BadRequest("`prompt` is required", param="prompt")
     try:
-        if endpoint == CHAT_PATH:
-            _messages(data)
-            prompts = [keys.chat_prompt(data)]
-        else:
-            prompts = _prompts(data)
+        prompts = keys.prompts(kind, data)
+        if prompts is None:
+            raise BadRequest("`prompt` must be a string, a list of strings, a list of token "
+                             "ids or a list of token-id lists, and not empty", param="prompt")
         hashed = [keys.key_of(p) for p in prompts]
     except (RecursionError, keys.Unkeyable):
         raise BadRequest("the request nests JSON objects or lists too deeply to be keyed "

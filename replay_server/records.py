@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from .errors import LoadError
+from .keys import is_token_ids, split_prompts
 
 RECORD_VERSION = 1
 MARKER = "replay_record"
@@ -124,14 +125,6 @@ def _json_type(value: Any) -> str:
         return "null"
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
         type(value), type(value).__name__
-    )
-
-
-def is_token_ids(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and len(value) > 0
-        and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
     )
 
 
@@ -311,21 +304,6 @@ def parse_line(raw: bytes, file: str, line: int, max_line: int = DEFAULT_MAX_LIN
                                         f"and not valid JSON: {e}); was the writer killed?"
                             ) from None
         raise LoadError(file, line, f"not valid JSON: {e}") from None
-
-
-def split_prompts(prompt: Any) -> list[str | list[int]] | None:
-    """The prompts of a completion request, one by one; None if `prompt` has no valid form.
-
-    Accepted: a string, a list of token ids, a list of strings, a list of token-id lists.
-    """
-    if isinstance(prompt, str) or is_token_ids(prompt):
-        return [prompt]
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt):
-            return list(prompt)
-        if all(is_token_ids(p) for p in prompt):
-            return list(prompt)
-    return None
 
 
 def split_batch(

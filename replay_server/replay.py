@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import orjson
 
-from . import keys, protocol, responses
+from . import keys, protocol, replies
 from .errors import NoMatch, ReplayError, ReplayServerError
 from .index import Entry, Exchange, Index, ModelRun, Selection
 from .nearest import first_difference
@@ -62,7 +62,7 @@ class Replayer:
         """The reply to one request, or a ReplayServerError (rendered by the caller)."""
         try:
             request = protocol.parse(endpoint, body)
-            run = self.index.run(request.model)
+            run = self.index.select(request.model)
         except ReplayServerError as error:
             self.count(None, endpoint, error)
             raise
@@ -76,12 +76,12 @@ class Replayer:
         selections = [selection for _, selection in chosen]
         headers = [(SOURCE_HEADER, _header_value(selections[0][0][0].where))]
         if not request.stream:
-            body = responses.encode(selections)
+            body = replies.encode(selections)
             length = (b"content-length", str(len(body)).encode())
             return Reply(JSON_HEADERS + [length] + headers, body)
         # Every event is known at once: one write of all of them (chunked, no length),
         # rather than one per event, which only costs time.
-        events = responses.chunks(endpoint, responses.body(selections), request.include_usage)
+        events = replies.chunks(endpoint, replies.body(selections), request.include_usage)
         return Reply(SSE_HEADERS + headers, b"".join(events))
 
     def _select(self, run: ModelRun, request: protocol.ReplayRequest, i: int,

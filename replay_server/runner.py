@@ -138,8 +138,8 @@ def verdict(replayer: Replayer, allow_unused: bool) -> tuple[int, str]:
         f" ({unused} saved sample(s) never asked for, allowed)" if unused else "")
 
 
-def run(paths: Sequence[str | Path], settings: Settings, command: Sequence[str], *,
-        allow_unused: bool, stop_on_miss: bool, say: Callable[[str], None]) -> int:
+def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequence[str], *,
+                allow_unused: bool, stop_on_miss: bool, say: Callable[[str], None]) -> int:
     """Serve `paths`, run `command` against it, report; returns the exit status."""
     opened = open_run(paths, settings)
     for line in opened.report:

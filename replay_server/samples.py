@@ -67,6 +67,12 @@ def settle(entry: Entry) -> Entry | Exchange:
     return entry
 
 
+def needs_cursor(value: Entry | Exchange) -> bool:
+    """Whether n=1 calls for this prompt may get different saved samples one by one: the
+    only replay state, which several worker processes could not share."""
+    return isinstance(value, Entry) and not value.uniform
+
+
 def seeds(instances: list[Instance]) -> dict[int, tuple[Exchange, int | None]] | None:
     """seed -> saved sample, when every sample carries its own seed, all different."""
     found: dict[int, tuple[Exchange, int | None]] = {}

@@ -11,13 +11,13 @@ from typing import Any
 
 import orjson
 
-from . import store, workers
+from . import index_file, workers
 from .app import create_app
 from .errors import LoadError
 from .index import Index, prompt_of
 from .listen import bind, run_uvicorn, sigterm_as_interrupt
 from .loader import load, report_lines
-from .record import Recorder, RecordWriter, create_record_app
+from .recorder import Recorder, RecordWriter, create_record_app
 from .records import CHAT_PATH
 from .settings import Settings
 
@@ -32,7 +32,7 @@ class Opened:
 
 
 def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
-    indexes = [Path(p) for p in paths if store.is_index(Path(p))]
+    indexes = [Path(p) for p in paths if index_file.is_index(Path(p))]
     if not indexes:
         loaded = load(paths, skip_bad_lines=settings.skip_bad_lines,
                       aliases=settings.aliases(), max_line=settings.max_line_size)
@@ -42,7 +42,7 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
     if len(paths) > 1:
         raise LoadError(str(indexes[0]), None, "an index file is served on its own; build "
                         "one index from all the saved files with `replay-server index`")
-    index = store.StoredIndex(indexes[0], settings.aliases())
+    index = index_file.StoredIndex(indexes[0], settings.aliases())
     report = [f"opened index {indexes[0]}: " + ", ".join(
         f"model {name}: {run.records} exchanges, {len(run.entries)} prompts"
         for name, run in index.models.items())]
@@ -99,6 +99,7 @@ def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str],
     gc.collect()
     gc.freeze()
     run_uvicorn(app, sock, settings)
+    say("replay-server: stopped")
 
 
 def record(upstream: str, out: Path, host: str, port: int, log_level: str,

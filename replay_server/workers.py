@@ -26,9 +26,9 @@ from uvicorn.supervisors import Multiprocess
 from .app import create_app
 from .errors import LoadError
 from .index import Index
+from .index_file import StoredIndex
 from .listen import SlowClientProtocol, uvicorn_config
 from .settings import Settings
-from .store import StoredIndex
 
 ENV = "REPLAY_SERVER_WORKER_SPEC"
 

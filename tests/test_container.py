@@ -322,7 +322,7 @@ r = ask("What is 2+2?")
 out = {"answer": r.choices[0].message.content, "usage": r.usage.completion_tokens}
 try:
     ask("What is 2+3?")
-except openai.UnprocessableEntityError as e:
+except openai.BadRequestError as e:
     out["miss"] = [e.status_code, e.response.json()["error"]["code"],
                    e.response.headers["x-should-retry"]]
 print(json.dumps(out))

@@ -23,7 +23,7 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from replay_server.loader import load
-from replay_server.record import Recorder, RecordWriter, create_record_app
+from replay_server.recorder import Recorder, RecordWriter, create_record_app
 from replay_server.records import CHAT_PATH
 
 from .fakemodel.server import create_app as fake_model

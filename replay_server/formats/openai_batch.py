@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from ..errors import LoadError
+from ..keys import split_prompts
 from ..records import (
     COMPLETION_PATH,
     ENDPOINTS,
@@ -26,7 +27,6 @@ from ..records import (
     RECORD_VERSION,
     Record,
     split_batch,
-    split_prompts,
     strip_transport,
 )
 from ..records import validate as validate_record

@@ -35,7 +35,7 @@ from .index import Bodies, Entry, Exchange, Index, Instance, ModelRun
 from .loader import Loaded
 from .nearest import EMPTY, Catalog, PromptCatalog, closest
 from .records import CHAT_PATH, COMPLETION_PATH
-from .samples import seeds
+from .samples import needs_cursor, seeds
 
 FORMAT = "replay-server index"
 VERSION = 2
@@ -133,7 +133,7 @@ def write(loaded: Loaded, out: Path) -> int:
         sources = [{"file": str(p), "size": p.stat().st_size, "mtime": p.stat().st_mtime}
                    for _, p in loaded.plan.files]
         cursors = sum(1 for run in loaded.index.models.values() for v in run.entries.values()
-                      if isinstance(v, Entry) and not v.uniform)
+                      if needs_cursor(v))
         meta = {"format": FORMAT, "version": str(VERSION), "key_version": str(keys.KEY_VERSION),
                 "built": str(time.time()), "sources": orjson.dumps(sources).decode(),
                 "cursor_prompts": str(cursors)}
@@ -262,7 +262,8 @@ class StoredIndex(Index):
         return [(endpoint[kind], model, prompt) for model, kind, prompt in found]
 
     def needs_cursor(self) -> int:
-        """Prompts whose n=1 calls get different saved samples one by one (see index.py)."""
+        """Prompts whose n=1 calls get different saved samples one by one
+        (`samples.needs_cursor`), counted when the file was built."""
         return int(self.meta.get("cursor_prompts", "0"))
 
     def stale_sources(self) -> list[str]:

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from replay_server import responses
+from replay_server import replies
 from replay_server.index import Bodies, Exchange
 from replay_server.records import CHAT_PATH, COMPLETION_PATH
 
@@ -21,7 +21,7 @@ def exchange(body: dict[str, Any], sample_usage: Any = None) -> Exchange:
 
 
 def frames(endpoint: str, body: dict[str, Any], include_usage: bool) -> list[Any]:
-    raw = b"".join(responses.chunks(endpoint, body, include_usage))
+    raw = b"".join(replies.chunks(endpoint, body, include_usage))
     events = raw.split(b"\n\n")
     assert events[-1] == b""
     assert all(e.startswith(b"data: ") for e in events[:-1])
@@ -30,22 +30,22 @@ def frames(endpoint: str, body: dict[str, Any], include_usage: bool) -> list[Any
 
 def test_one_whole_exchange_is_served_as_its_saved_bytes() -> None:
     body = chat_response("a")
-    assert responses.encode([[(exchange(body), None)]]) == orjson.dumps(body)
+    assert replies.encode([[(exchange(body), None)]]) == orjson.dumps(body)
 
 
 def test_one_sample_of_several_gets_its_own_usage_or_null() -> None:
     body = chat_response("a", "b")
     own = [{"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}, None]
-    with_usage = responses.body([[(exchange(body, own), 0)]])
+    with_usage = replies.body([[(exchange(body, own), 0)]])
     assert with_usage["usage"] == own[0]
     assert with_usage["choices"] == [{**body["choices"][0], "index": 0}]
-    assert responses.body([[(exchange(body), 1)]])["usage"] is None
-    assert responses.body([[(exchange(body), 1)]])["choices"][0]["message"]["content"] == "b"
+    assert replies.body([[(exchange(body), 1)]])["usage"] is None
+    assert replies.body([[(exchange(body), 1)]])["choices"][0]["message"]["content"] == "b"
 
 
 def test_samples_from_several_exchanges_count_the_prompt_once() -> None:
     parts = [(exchange(chat_response(t)), None) for t in "xyz"]
-    body = responses.body([parts])
+    body = replies.body([parts])
     assert [c["index"] for c in body["choices"]] == [0, 1, 2]
     assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 6, "total_tokens": 16}
 
@@ -53,12 +53,12 @@ def test_samples_from_several_exchanges_count_the_prompt_once() -> None:
 def test_a_missing_count_is_never_invented() -> None:
     parts = [(exchange(chat_response("x")), None), (exchange(chat_response("y", usage=None)),
                                                     None)]
-    assert responses.body([parts])["usage"] is None
+    assert replies.body([parts])["usage"] is None
 
 
 def test_a_batch_sums_the_counts_of_its_prompts() -> None:
     a, b = exchange(completion_response("a")), exchange(completion_response("b"))
-    body = responses.body([[(a, None)], [(b, None)]])
+    body = replies.body([[(a, None)], [(b, None)]])
     assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 6, "total_tokens": 16}
     assert body["id"] == "cmpl-1"
 

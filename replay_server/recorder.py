@@ -5,7 +5,7 @@
 - `/v1/chat/completions` and `/v1/completions` are forwarded with the client's headers
   (Authorization included; it is never written down) and their answers saved as native
   records; `/v1/models` is forwarded only.
-- A stream passes through chunk by chunk as it arrives, while `sse.StreamAggregator`
+- A stream passes through chunk by chunk as it arrives, while `aggregate.StreamAggregator`
   rebuilds the body the server would have sent unstreamed.
 - An exchange is appended as whole lines, flushed and fsynced *before* the client sees its
   end (the response body, or a stream's `data: [DONE]`): an exchange a client has seen
@@ -43,6 +43,7 @@ from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from . import errors
+from .aggregate import StreamAggregator, StreamError
 from .errors import LoadError
 from .records import (
     CHAT_PATH,
@@ -55,7 +56,6 @@ from .records import (
     strip_transport,
     validate,
 )
-from .sse import StreamAggregator, StreamError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

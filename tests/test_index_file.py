@@ -12,11 +12,11 @@ from pathlib import Path
 import openai
 import pytest
 
-from replay_server import store
+from replay_server import index_file
 from replay_server.errors import LoadError
+from replay_server.index_file import StoredIndex
 from replay_server.loader import load
 from replay_server.settings import Settings
-from replay_server.store import StoredIndex
 
 from .support import chat_record, chat_response, serving, user, write_jsonl
 
@@ -45,7 +45,7 @@ def test_the_index_holds_exactly_what_loading_the_files_gives(built: Path) -> No
             run.records, run.samples, run.unusable_records)
         assert len(kept.entries) == len(run.entries)
         for key, value in run.entries.items():
-            assert store.encode(kept.entries.get(key)) == store.encode(value)  # type: ignore
+            assert index_file.encode(kept.entries.get(key)) == index_file.encode(value)  # type: ignore
         assert kept.entries.get(b"\0" * 16) is None
 
 
@@ -88,7 +88,7 @@ def test_an_index_is_served_alone(built: Path) -> None:
 def test_a_changed_source_is_reported(tmp_path: Path) -> None:
     saved = write_jsonl(tmp_path / "run.jsonl", [chat_record("q", chat_response("a"))])
     index = tmp_path / "run.idx"
-    store.write(load([saved], progress=False), index)
+    index_file.write(load([saved], progress=False), index)
     assert StoredIndex(index).stale_sources() == []
     saved.write_bytes(saved.read_bytes() + b"\n")
     assert StoredIndex(index).stale_sources() == [str(saved)]
@@ -96,7 +96,7 @@ def test_a_changed_source_is_reported(tmp_path: Path) -> None:
 
 def test_a_non_index_file_is_refused(tmp_path: Path) -> None:
     fake = tmp_path / "x.idx"
-    fake.write_bytes(store.SQLITE_MAGIC + b"\0" * 100)
+    fake.write_bytes(index_file.SQLITE_MAGIC + b"\0" * 100)
     with pytest.raises(LoadError, match="not a replay-server index"):
         StoredIndex(fake)
 
@@ -120,7 +120,7 @@ def test_several_workers_share_one_index(tmp_path: Path) -> None:
     saved = write_jsonl(tmp_path / "run.jsonl", [
         chat_record(f"q{i}", chat_response(f"a{i}"), line=i) for i in range(50)])
     index = tmp_path / "run.idx"
-    store.write(load([saved], progress=False), index)
+    index_file.write(load([saved], progress=False), index)
     proc, url = start_serve(str(index), "--workers", "2")
     try:
         client = openai.OpenAI(base_url=url, api_key="x")

@@ -1,26 +1,17 @@
-"""`inspect` and `convert`: what a saved run would serve, and the run as one portable file.
+"""`inspect`: what a saved run would serve, without serving it.
 
-`inspect` loads exactly as `serve` does and reports, per source file and model, what was
-loaded, skipped and ignored, the prompts that would answer `replay_ambiguous` or
-`replay_unusable`, and how many samples each prompt saved. `convert` writes every record
-(unusable ones too, so a prompt whose answer is unusable still says so) as native JSONL
-that replays identically: same prompts, instances, samples and saved order.
+Loads exactly as `serve` does and reports, per source file and model, what was loaded,
+skipped and ignored, the prompts that would answer `replay_ambiguous` or
+`replay_unusable`, and how many samples each prompt saved.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
-import uuid
 from collections import Counter
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from .formats import LoadContext
 from .index import Entry, entry_of
-from .loader import Loaded, plan, progress_bar, read
-from .records import DEFAULT_MAX_LINE, dump_line
+from .loader import Loaded
 
 
 def _where(entry: Entry) -> str:
@@ -82,39 +73,3 @@ def render(report: dict[str, Any]) -> list[str]:
         lines.append(f"ignored {len(report['ignored_files'])} file(s) in no known format: "
                      + ", ".join(report["ignored_files"][:5]))
     return lines
-
-
-def convert(paths: Sequence[str | Path], out: Path, *, skip_bad_lines: bool = False,
-            progress: bool = True, max_line: int = DEFAULT_MAX_LINE
-            ) -> tuple[int, LoadContext]:
-    """Write every saved record under `paths` to `out` as native JSONL; returns the count.
-
-    The file appears whole or not at all (written beside it, then renamed), and never
-    replaces one of its own inputs. Each record gets a `source.run` unless it has one, so
-    that two conversions served together stay two runs.
-    """
-    ctx = LoadContext(skip_bad_lines=skip_bad_lines, max_line=max_line)
-    planned = plan(paths, ctx)
-    planned.refuse_output(out)
-    target = out.resolve()
-    conversion = uuid.uuid4().hex[:12]
-    bar = progress_bar(planned.total_bytes, "converting", progress)
-    ctx.on_progress = bar.update
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=target.parent)
-    count = 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for record in read(planned, ctx):
-                if not isinstance(record.source.get("run"), str):
-                    # records of one run stay one run, and never merge with another
-                    # conversion's (see Record.run)
-                    record.source["run"] = f"{record.origin}#{conversion}"
-                f.write(dump_line(record))
-                count += 1
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    finally:
-        bar.close()
-    return count, ctx
