@@ -22,6 +22,8 @@ from replay_server.settings import Settings
 from .support import assert_error, serving
 
 DATA = Path(__file__).parent / "data" / "lm_eval"
+# The runs this reader serves without a tokenizer (the others are test_tokens.py's).
+TEXT_RUNS = [DATA / "chat_repeats", DATA / "completions_batch", DATA / "loglikelihood_mc"]
 ROOT = Path(__file__).parent.parent
 LOGLIKELIHOOD = ("loglikelihood request (lm-eval saves only the summed logprob, not the token "
                  "logprobs a replay needs)")
@@ -41,7 +43,7 @@ def rows(case: str) -> list[dict[str, Any]]:
 
 
 def test_load_counts_dedupes_filters_and_skips_loglikelihood() -> None:
-    loaded = load([DATA], progress=False)
+    loaded = load(TEXT_RUNS, progress=False)
     run = loaded.index.models["tiny-model"]
     assert (run.records, len(run.entries), run.samples, run.unusable_records) == (24, 12, 24, 0)
     assert loaded.ctx.skipped == {LOGLIKELIHOOD: 6, DUPLICATE: 6}
@@ -177,13 +179,15 @@ def test_a_broken_line_names_file_and_line(tmp_path: Path) -> None:
 
 def test_inspect_shows_the_skips_and_convert_replays_identically(tmp_path: Path) -> None:
     cli = [sys.executable, "-m", "replay_server"]
-    report = json.loads(subprocess.run([*cli, "inspect", DATA, "--json"], capture_output=True,
-                                       text=True, cwd=ROOT, check=True).stdout)
+    report = json.loads(subprocess.run([*cli, "inspect", *TEXT_RUNS, "--json"],
+                                       capture_output=True, text=True, cwd=ROOT,
+                                       check=True).stdout)
     assert report["skipped"][LOGLIKELIHOOD]["count"] == 6
     assert report["skipped"][DUPLICATE]["count"] == 6
     out = tmp_path / "lm_eval.jsonl"
-    subprocess.run([*cli, "convert", DATA, "-o", out], cwd=ROOT, check=True,
+    subprocess.run([*cli, "convert", *TEXT_RUNS, "-o", out], cwd=ROOT, check=True,
                    capture_output=True)
-    assert load([out], progress=False).index.models == load([DATA], progress=False).index.models
+    assert load([out], progress=False).index.models == load(TEXT_RUNS,
+                                                            progress=False).index.models
     first = orjson.loads(out.read_bytes().splitlines()[0])
     assert first["source"]["harness"] == "lm-eval"
