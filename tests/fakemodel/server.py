@@ -56,6 +56,7 @@ from starlette.routing import Route
 
 from .behaviour import FakeModel
 from .bodies import build_chat, build_completion, chat_chunks, completion_chunks
+from .responses_api import routes as responses_routes
 
 
 def _error(message: str, status: int = 400, param: str | None = None) -> JSONResponse:
@@ -164,6 +165,7 @@ def create_app(
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/version", version, methods=["GET"]),
+        *responses_routes(fm),
     ]
     app = Starlette(routes=routes)
     app.state.fakemodel = fm
