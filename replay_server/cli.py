@@ -234,10 +234,14 @@ class _CommandAfterDashes(click.Command):
               help="The default now; kept so that older scripts still run.")
 @click.option("--stop-on-miss", is_flag=True,
               help="Stop COMMAND at the first request that gets no saved generation.")
+@click.option("--report", "report_to", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write one JSON line per distinct request to this file: answered (from "
+              "which saved records) or not (the error, the nearest saved prompt, and where "
+              "it first differs, with both sides quoted).")
 @settings_options(port=0, leave_out=("workers",))
 @click.pass_context
 def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, require_all: bool,
-        stop_on_miss: bool, **options: Any) -> None:
+        stop_on_miss: bool, report_to: Path | None, **options: Any) -> None:
     """Serve PATHS, run a harness against it, and fail unless it rescored the saved run
     exactly: every request answered, every saved sample asked for.
 
@@ -256,7 +260,7 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
     try:
         settings = _settings(options)
         code = runner.run_command(paths, settings, command, allow_unused=allow_unused,
-                          stop_on_miss=stop_on_miss, say=_say)
+                                  stop_on_miss=stop_on_miss, say=_say, report_to=report_to)
     except (LoadError, ValueError, OSError) as error:
         _fail(error)
     sys.exit(code)

@@ -98,6 +98,8 @@ class Difference:
     offset: int | None = None
     requested: str | None = None
     saved: str | None = None
+    # For grouping: the same place in prompts of different lengths ("the last message").
+    group_place: str | None = None
 
     def describe(self, quote: bool = False) -> str:
         at = f", character {self.offset}" if self.offset is not None else ""
@@ -108,11 +110,11 @@ class Difference:
 
     def group(self) -> str:
         """What many misses of one systematic difference share (no offset, no text)."""
-        return f"{self.place}: {self.kind}"
+        return f"{self.group_place or self.place}: {self.kind}"
 
     def to_json(self) -> dict[str, Any]:
         return {"place": self.place, "kind": self.kind, "offset": self.offset,
-                "requested": self.requested, "saved": self.saved}
+                "requested": self.requested, "saved": self.saved, "group": self.group()}
 
 
 def _text_kind(asked: str, saved: str, at: int) -> str:
@@ -129,10 +131,11 @@ def _text_kind(asked: str, saved: str, at: int) -> str:
     return "the text differs"
 
 
-def _text_diff(asked: str, saved: str, place: str) -> Difference:
+def _text_diff(asked: str, saved: str, place: str, group_place: str | None = None
+               ) -> Difference:
     at = _common(asked, saved)
     return Difference(place, _text_kind(asked, saved, at), at, _excerpt(asked, at),
-                      _excerpt(saved, at))
+                      _excerpt(saved, at), group_place)
 
 
 def first_difference(asked: dict[str, Any], saved: dict[str, Any]) -> Difference:
@@ -175,20 +178,22 @@ def _messages_diff(asked: list[Any], saved: list[Any]) -> Difference | None:
         if not (isinstance(a, dict) and isinstance(s, dict)):
             return Difference(f"message {i}", "the message differs in structure")
         place = f"message {i} ({_role(s)})"
+        # the same place in every prompt, however many messages came before it
+        group = f"the last message ({_role(s)})" if i == len(saved) - 1 else None
         if a.get("role") != s.get("role"):
             if len(asked) < len(saved) and asked[i:] == saved[i + 1:]:
                 return Difference(place, "missing in the request")
             if len(asked) > len(saved) and asked[i + 1:] == saved[i:]:
                 return Difference(f"message {i} ({_role(a)})", "not in the saved prompt")
             return Difference(f"message {i}", f"role {_role(a)!r} in the request, "
-                              f"{_role(s)!r} saved")
+                              f"{_role(s)!r} saved", group_place=group and "the last message")
         ac, sc = a.get("content"), s.get("content")
         if ac != sc:
             if isinstance(ac, str) and isinstance(sc, str):
-                return _text_diff(ac, sc, place)
-            return Difference(place, "the content differs in structure")
+                return _text_diff(ac, sc, place, group)
+            return Difference(place, "the content differs in structure", group_place=group)
         fields = sorted(k for k in a.keys() | s.keys() if a.get(k) != s.get(k))
-        return Difference(place, f"field(s) {', '.join(fields)} differ")
+        return Difference(place, f"field(s) {', '.join(fields)} differ", group_place=group)
     if len(asked) < len(saved):
         return Difference(f"message {len(asked)} ({_role(saved[len(asked)])})",
                           "missing at the end of the request")

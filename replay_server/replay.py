@@ -73,6 +73,9 @@ class Replayer:
             self.cursors[cursor_key] = value
         for entry, selection in chosen:
             self.stats.hit(run.name, entry, selection)
+        if self.stats.tracked is not None:
+            for key, (_, selection) in zip(request.keys, chosen, strict=True):
+                self.stats.served(run.name, endpoint, key, selection[0][0].where)
         selections = [selection for _, selection in chosen]
         headers = [(SOURCE_HEADER, _header_value(selections[0][0][0].where))]
         if not request.stream:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
 import uvicorn
 
 from .app import create_app
@@ -40,6 +41,7 @@ from .listen import bind, uvicorn_config
 from .replay import Replayer
 from .server import open_run
 from .settings import Settings
+from .stats import Failure
 
 MISSED = 3
 UNUSED = 4
@@ -104,7 +106,10 @@ def report(replayer: Replayer) -> list[str]:
     failures = sorted(stats.failures.values(), key=lambda f: f.first["time"])
     if failures:
         lines.append(f"  {len(failures)} distinct request(s) got no saved generation, in "
-                     f"{stats.failed()} attempt(s):")
+                     f"{stats.failed()} attempt(s), by where they first differ:")
+        lines += grouped(failures)
+        lines.append("  each of them, in the order they came:" if len(failures) <= SHOWN
+                     else f"  the first {SHOWN} of them:")
     for failure in failures[:SHOWN]:
         miss = failure.first
         tries = f" ({failure.attempts} attempts)" if failure.attempts > 1 else ""
@@ -116,6 +121,38 @@ def report(replayer: Replayer) -> list[str]:
         lines.append(f"  ... and {len(failures) - SHOWN} more (GET /replay/misses while "
                      "serving lists the latest)")
     return lines
+
+
+def group_of(miss: dict[str, Any]) -> str:
+    """What a failure shares with others of one systematic cause: for a miss, the place
+    and kind of its first difference from the nearest saved prompt; else its code."""
+    if miss["code"] == "replay_no_match":
+        return miss.get("difference_group") or "no saved prompt for this endpoint"
+    return f"[{miss['code']}]"
+
+
+def grouped(failures: list[Failure]) -> list[str]:
+    """The failures counted by group, largest first, each with one example."""
+    groups: dict[str, list[Failure]] = {}
+    for failure in failures:
+        groups.setdefault(group_of(failure.first), []).append(failure)
+    lines = []
+    for group, members in sorted(groups.items(), key=lambda g: -len(g[1]))[:SHOWN]:
+        example = members[0].first
+        near = f" (e.g. nearest {example['nearest']})" if example.get("nearest") else ""
+        lines.append(f"    {len(members)}: {group}{near}")
+    if len(groups) > SHOWN:
+        lines.append(f"    ... and {len(groups) - SHOWN} more groups")
+    return lines
+
+
+def write_report(path: Path, replayer: Replayer) -> int:
+    """The per-request report (`run --report`), one JSON line per distinct request."""
+    lines = replayer.stats.report_lines()
+    with path.open("wb") as f:
+        for line in lines:
+            f.write(orjson.dumps(line) + b"\n")
+    return len(lines)
 
 
 def verdict(replayer: Replayer, allow_unused: bool) -> tuple[int, str]:
@@ -139,13 +176,16 @@ def verdict(replayer: Replayer, allow_unused: bool) -> tuple[int, str]:
 
 
 def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequence[str], *,
-                allow_unused: bool, stop_on_miss: bool, say: Callable[[str], None]) -> int:
+                allow_unused: bool, stop_on_miss: bool, say: Callable[[str], None],
+                report_to: Path | None = None) -> int:
     """Serve `paths`, run `command` against it, report; returns the exit status."""
     opened = open_run(paths, settings)
     for line in opened.report:
         say(line)
     app = create_app(settings, opened.index)
     replayer: Replayer = app.state.replayer
+    if report_to is not None:
+        replayer.stats.tracked = {}
     stopped = threading.Event()
     with _Server(app, settings) as server:
         env = {**os.environ, "OPENAI_BASE_URL": server.base_url,
@@ -167,6 +207,9 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
         code = 128 - code
     for line in report(replayer):
         say(line)
+    if report_to is not None:
+        count = write_report(report_to, replayer)
+        say(f"replay-server run: wrote {count} request(s) to {report_to}")
     if stopped.is_set():
         say("replay-server run: stopped COMMAND at the first miss (--stop-on-miss)")
         return MISSED

@@ -43,6 +43,8 @@ class Stats:
         self.misses: deque[dict[str, Any]] = deque(maxlen=100)
         self.failures: dict[tuple[Any, ...], Failure] = {}
         self.requests = 0
+        # Per distinct prompt, what was served (only when asked for: `run --report`).
+        self.tracked: dict[tuple[str, str, str], dict[str, Any]] | None = None
         # Used choices by exchange; `Exchange.start` identifies an exchange (its offset in
         # the run's body buffer, kept as is in an index file).
         self.used: dict[int, set[int]] = {}
@@ -56,6 +58,8 @@ class Stats:
         self.misses.clear()
         self.failures.clear()
         self.requests = 0
+        if self.tracked is not None:
+            self.tracked.clear()
         self.used.clear()
         self.used_samples.clear()
 
@@ -74,6 +78,36 @@ class Stats:
             before = len(used)
             used.update(range(exchange.n) if choice is None else (choice,))
             self.used_samples[model] += len(used) - before
+
+    def served(self, model: str, endpoint: str, key: bytes, where: str) -> None:
+        """One prompt answered (tracked only when a report was asked for)."""
+        if self.tracked is None:
+            return
+        line = self.tracked.get((model, endpoint, key.hex()))
+        if line is None:
+            line = self.tracked[(model, endpoint, key.hex())] = {
+                "model": model, "endpoint": endpoint, "prompt": key.hex(), "attempts": 0,
+                "served": []}
+        line["attempts"] += 1
+        if len(line["served"]) < 100:
+            line["served"].append(where)
+
+    def report_lines(self) -> list[dict[str, Any]]:
+        """One line per distinct request: answered (and from which saved records), or
+        not (the error, the nearest saved prompt and the structured first difference)."""
+        lines = {k: {**v, "status": "hit", "served": list(v["served"])}
+                 for k, v in (self.tracked or {}).items()}
+        for (model, endpoint, code, what), failure in self.failures.items():
+            miss = failure.first
+            key = (str(model), endpoint, str(miss.get("prompt") or what))
+            line = lines.setdefault(key, {"model": model, "endpoint": endpoint,
+                                          "prompt": miss.get("prompt"), "attempts": 0,
+                                          "served": []})
+            line.update(status="miss", code=code, message=miss["message"],
+                        nearest=miss.get("nearest"),
+                        first_difference=miss.get("first_difference"))
+            line["attempts"] += failure.attempts
+        return list(lines.values())
 
     def error(self, model: str | None, endpoint: str, error: ReplayServerError,
               **detail: Any) -> None:

@@ -271,6 +271,49 @@ def test_inspect_against_another_tasks_run_fails_loudly(
     assert failed.status == "error" and failed.metrics == {}
 
 
+# --------------------------------------------------------------------------- port check
+
+
+def test_a_port_rescores_the_other_harness_s_run_and_a_drift_is_one_group(
+        ws: Workspace) -> None:
+    """lm-eval's run, rescored by inspect_ai through a task ported to send the same
+    prompts: every answer is lm-eval's, instance by instance. Then the port drifts by one
+    character of its template: every request misses, and the report shows one group."""
+    original = ws.dir / "port-lm_eval"
+    ran = run("port check: lm-eval's original run", lm_eval_runs.PORT_CASE.command(
+        ws.fake, original), ws.env, ws.tasks)
+    assert ran.code == 0, ran.output[-3000:]
+    lm_eval = lm_eval_runs.read_scores(original, "arith_chat_greedy", ran.output)
+    saved = {s["doc"]["id"]: s["resps"][0][0] for s in lm_eval.samples}
+
+    def rescore(label: str, answer: str) -> tuple[int, str, Path, Path]:
+        logs, report = ws.dir / f"port-inspect-{label}", ws.dir / f"port-{label}.jsonl"
+        command = [*inspect_runs.command(logs)]
+        command[command.index("inspect_arith.py")] = "port_arith.py"
+        line = (f'PORT_ANSWER="{answer}" FAKE_BASE_URL="$OPENAI_BASE_URL" FAKE_API_KEY=x '
+                + shlex.join(command))
+        done = run(f"port check: inspect_ai rescoring lm-eval's run ({label})",
+                   [*REPLAY, "run", str(original), "--report", str(report), "--", "sh", "-c",
+                    line], ws.env, ws.tasks, RUN_PRINTED + r"|^    \d+: ")
+        return done.code, done.output, logs, report
+
+    code, output, logs, report = rescore("same", "Answer:")
+    assert code == 0, output[-3000:]
+    ported = inspect_runs.read_scores(logs, output)
+    assert {i: s[0] for i, s in ported.samples.items()} == saved  # instance by instance
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    assert len(lines) == len(saved) and {line["status"] for line in lines} == {"hit"}
+
+    code, output, logs, report = rescore("drifted", "Answer: ")
+    assert code == 3, output[-3000:]  # inspect_ai itself exits 0 on failed samples
+    # the template feeds the few-shot question first: every prompt first differs there
+    group = "message 1 (user): whitespace differs at the end"
+    assert f"    {len(saved)}: {group} (e.g. nearest" in output
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    assert {line["status"] for line in lines} == {"miss"} and len(lines) == len(saved)
+    assert {line["first_difference"]["group"] for line in lines} == {group}
+
+
 # --------------------------------------------------------------------------- clients
 
 

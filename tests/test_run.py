@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +86,27 @@ def test_stop_on_miss_stops_the_command_at_the_first_miss() -> None:
 def test_a_missing_command_is_a_usage_error() -> None:
     result = run()
     assert result.returncode == 2 and "after `--`" in result.stderr
+
+
+def test_report_has_a_line_per_distinct_request_and_groups_misses(tmp_path: Path) -> None:
+    report = tmp_path / "report.jsonl"
+    script = ASK + """
+for _ in range(2):
+    print(chat("Write a haiku about rescoring."))
+for text in ["Name a primary color in one word. ", "Write a haiku about rescoring. "]:
+    print(chat(text))
+print(chat("Something never saved"))
+"""
+    result = run("--allow-unused", "--report", str(report), "--", sys.executable, "-c", script)
+    assert result.returncode == 3
+    lines = {line["prompt"]: line for line in map(json.loads, report.read_text().splitlines())}
+    assert len(lines) == 4
+    hit = next(line for line in lines.values() if line["status"] == "hit")
+    assert hit["attempts"] == 2 and hit["served"] == ["examples/demo-run.jsonl:3 (demo-3)"] * 2
+    misses = [line for line in lines.values() if line["status"] == "miss"]
+    groups = sorted(m["first_difference"]["group"] for m in misses)
+    assert groups == ["the last message (user): the text differs"] + [
+        "the last message (user): whitespace differs at the end"] * 2
+    assert all(m["code"] == "replay_no_match" and m["nearest"] for m in misses)
+    assert "    2: the last message (user): whitespace differs at the end" in result.stderr
+    assert f"wrote 4 request(s) to {report}" in result.stderr

@@ -45,6 +45,11 @@ CASES = {
 }
 
 
+# The lm-eval side of the cross-harness port check (inspect_ai's side: tasks/port_arith.py).
+PORT_CASE = Case("local-chat-completions", "arith_chat_greedy", "num_concurrent=1",
+                 ("--apply_chat_template", "--system_instruction", SYSTEM))
+
+
 def under_run(command: list[str]) -> list[str]:
     """`command` as one `sh -c` line for `replay-server run`, with the server's URL taken
     from the OPENAI_BASE_URL that `run` sets (lm-eval reads its URL from --model_args)."""
