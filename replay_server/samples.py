@@ -1,6 +1,6 @@
 """Which saved samples answer a request: every sample and repeat rule, in one place.
 
-Applied by `choose`, to the entry a request's key found (DESIGN "Repeats and samples"):
+Applied by `choose`, to the entry a request's key found (docs/design.md, "Samples"):
 1. No usable instance: `replay_unusable` if some instance was saved unusable.
 2. Strict mode: only the exchanges whose saved sampling parameters equal the request's.
 3. A request with a `seed`, where every usable saved sample carries its own seed, all

@@ -1,4 +1,4 @@
-"""The lookup rules (DESIGN.md "Repeats and samples"), through the replay service, no HTTP."""
+"""The lookup rules (docs/design.md, "Samples and repeats"), through the replay service."""
 
 from __future__ import annotations
 
@@ -78,6 +78,21 @@ def test_allow_ambiguous_serves_them_in_saved_order() -> None:
     assert [texts(ask(r, "q")) for _ in range(2)] == [["a"], ["b"]]
     with pytest.raises(errors.Exhausted):
         ask(r, "q")
+
+
+def test_allow_ambiguous_serves_instances_of_n_samples_one_after_the_other() -> None:
+    """The second cursor: n=k requests under --allow-ambiguous, when several instances saved
+    k different samples, get those instances in saved order, then run out."""
+    r = replayer([chat_record("q", chat_response("a", "b"), instance=1),
+                  chat_record("q", chat_response("c", "d"), instance=2, line=2)],
+                 Rules(allow_ambiguous=True))
+    assert [texts(ask(r, "q", n=2)) for _ in range(2)] == [["a", "b"], ["c", "d"]]
+    with pytest.raises(errors.Exhausted, match="n=2"):
+        ask(r, "q", n=2)
+    assert texts(ask(r, "q")) == ["a"]  # the n=1 cursor is its own
+    with pytest.raises(errors.Ambiguous):
+        ask(replayer([chat_record("q", chat_response("a", "b"), instance=1),
+                      chat_record("q", chat_response("c", "d"), instance=2, line=2)]), "q", n=2)
 
 
 def test_n_equal_to_saved_count_serves_the_instance_whole_and_statelessly() -> None:
