@@ -11,12 +11,13 @@ catalog, for miss diagnostics.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import orjson
 
 from . import keys
 from .errors import LoadError
-from .index import Bodies, Entry, Exchange, Index, ModelRun, kind_of, prompt_of
+from .index import Bodies, Entry, Exchange, Index, ModelRun, kind_of
 from .nearest import Catalog, PromptCatalog
 from .records import Record
 from .samples import settle
@@ -32,12 +33,8 @@ class Builder:
 
     def add(self, record: Record) -> None:
         kind = kind_of(record.endpoint)
-        try:
-            canonical = keys.canonical(prompt_of(record))
-        except (RecursionError, keys.Unkeyable) as e:
-            raise LoadError(record.origin, record.source.get("line"), "the saved request "
-                            f"nests too deeply to be keyed: {e}", field="request") from None
-        key = keys.digest(canonical)
+        canonicals = [self._canonical(record, request)
+                      for request in [record.request, *(record.also or ())]]
         run = self._models.get(record.model)
         if run is None:
             run = self._models[record.model] = ModelRun(record.model)
@@ -45,17 +42,11 @@ class Builder:
         source = record.source
         file, line, instance = source.get("file"), source.get("line"), source.get("instance")
         identity = (record.run, file, instance)
-        current = run.entries.get(key)
-        if current is None:
-            # the catalog keeps an exact-size copy (orjson's result holds spare room)
-            self._prompts.setdefault((run.name, kind), []).append(
-                (memoryview(canonical).tobytes(), record.where))
         if record.unusable is not None or record.response is None:
             run.unusable_records += 1
-            where = record.where
-            group = self._entry(run, key, current).group(identity, where)
-            if group.unusable is None:
-                group.unusable = f"{record.unusable} (saved at {where})"
+            reason = f"{record.unusable} (saved at {record.where})"
+            for canonical in canonicals:
+                self._place(run, kind, canonical, identity, record.where, unusable=reason)
             return
         params = keys.canonical(keys.sampling_params(record.request, kind))
         params = self._params.setdefault(params, params)
@@ -65,11 +56,37 @@ class Builder:
         exchange = Exchange(self._bodies, start, size, n, file, line, instance, params, usage,
                             record.run)
         run.samples += n
-        if current is None and n == 1:
+        for canonical in canonicals:  # one exchange under each form of the request
+            self._place(run, kind, canonical, identity, exchange.where, exchange=exchange)
+
+    @staticmethod
+    def _canonical(record: Record, request: dict[str, Any]) -> bytes:
+        try:
+            found = keys.prompts(kind_of(record.endpoint), request)
+            assert found is not None and len(found) == 1  # records.validate checked it
+            return keys.canonical(found[0])
+        except (RecursionError, keys.Unkeyable) as e:
+            raise LoadError(record.origin, record.source.get("line"), "the saved request "
+                            f"nests too deeply to be keyed: {e}", field="request") from None
+
+    def _place(self, run: ModelRun, kind: str, canonical: bytes, identity: tuple[Any, ...],
+               where: str, exchange: Exchange | None = None, unusable: str | None = None
+               ) -> None:
+        """Put a saved exchange (or an unusable record) under one key."""
+        key = keys.digest(canonical)
+        current = run.entries.get(key)
+        if current is None:
+            # the catalog keeps an exact-size copy (orjson's result holds spare room)
+            self._prompts.setdefault((run.name, kind), []).append(
+                (memoryview(canonical).tobytes(), where))
+        if exchange is None:
+            group = self._entry(run, key, current).group(identity, where)
+            if group.unusable is None:
+                group.unusable = unusable
+        elif current is None and exchange.n == 1:
             run.entries[key] = exchange
         else:
-            self._entry(run, key, current).group(identity, exchange.where) \
-                .exchanges.append(exchange)
+            self._entry(run, key, current).group(identity, where).exchanges.append(exchange)
 
     @staticmethod
     def _entry(run: ModelRun, key: bytes, current: Entry | Exchange | None) -> Entry:

@@ -7,6 +7,8 @@
      "response": {...},                             # the whole non-streamed body, or null
      "unusable": "why",                             # only when response is null
      "sample_usage": [{...} | null, ...],           # optional: each choice's own usage
+     "also_requests": [{...}, ...],                 # optional: other forms of the same
+                                                    # request (token ids for a text prompt)
      "source": {"file": ..., "line": ..., "harness": ..., "instance": ...}}
 
 A completion record holds one prompt: a batch is saved as one record per prompt. Every
@@ -50,6 +52,9 @@ class Record:
     unusable: str | None = None
     sample_usage: list[dict[str, Any] | None] | None = None
     origin: str = ""  # the file this record was read from (`source.file` may name another)
+    # Other forms in which a client sends this same request (lm-eval's token ids for a
+    # saved text prompt): each is keyed too, and answered by this same exchange.
+    also: list[dict[str, Any]] | None = None
 
     @property
     def run(self) -> str:
@@ -77,6 +82,8 @@ class Record:
             out["unusable"] = self.unusable
         if self.sample_usage is not None:
             out["sample_usage"] = self.sample_usage
+        if self.also:
+            out["also_requests"] = self.also
         out["source"] = self.source
         return out
 
@@ -186,23 +193,35 @@ def validate(obj: Any, file: str, line: int | None) -> Record:
     request = check.get(obj, "request", dict)
     _validate_prompt(endpoint, request, _Check(file, line, "request."))
     source = _source(obj.get("source"), file, line, check)
+    also = _also(endpoint, obj.get("also_requests"), check)
     response = obj.get("response")
     unusable = obj.get("unusable")
     if response is None:
         if not isinstance(unusable, str) or not unusable:
             raise check.fail("response", "is null, so `unusable` must say why")
         return Record(endpoint, model, strip_transport(request), None, source, unusable,
-                      origin=file)
+                      origin=file, also=also)
     if not isinstance(response, dict):
         raise check.fail("response", f"expected an object or null, got {_json_type(response)}")
     response = normalise_choices(response, endpoint, _Check(file, line, "response."))
     sample_usage = _sample_usage(obj, len(response["choices"]), check)
     reasons = {choice_unusable(endpoint, c) for c in response["choices"]} - {None}
     record = Record(endpoint, model, strip_transport(request), response, source,
-                    None, sample_usage, origin=file)
+                    None, sample_usage, origin=file, also=also)
     if reasons:
         record.unusable = sorted(r for r in reasons if r)[0]
     return record
+
+
+def _also(endpoint: str, also: Any, check: _Check) -> list[dict[str, Any]] | None:
+    if also is None:
+        return None
+    if not isinstance(also, list) or not all(isinstance(r, dict) for r in also):
+        raise check.fail("also_requests", "expected a list of request objects")
+    for i, request in enumerate(also):
+        _validate_prompt(endpoint, request, _Check(check.file, check.line,
+                                                   f"also_requests[{i}]."))
+    return [strip_transport(r) for r in also] or None
 
 
 _SCALAR = (str, int, float, bool, type(None))

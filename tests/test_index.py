@@ -254,3 +254,17 @@ def test_strict_mode_tells_seeded_repeats_apart_by_their_seed() -> None:
     loose = replayer(records)  # each sample has its own seed: served by seed, statelessly
     assert [texts(ask(loose, "q", seed=190))[0] for _ in range(3)] == ["y", "y", "y"]
     assert [texts(ask(loose, "q"))[0] for _ in range(3)] == ["x", "y", "z"]
+
+
+def test_a_record_is_answered_in_every_form_saved_with_it_and_used_once() -> None:
+    """`also_requests`: the same request as token ids (lm-eval with a tokenizer)."""
+    record = completion_record("2 + 2 =", completion_response(" 4"))
+    record.also = [{"model": MODEL, "prompt": [17, 10, 17, 28]}]
+    r = replayer([record])
+    for prompt in ("2 + 2 =", [17, 10, 17, 28]):
+        got = orjson.loads(r.handle(COMPLETION_PATH, orjson.dumps(
+            {"model": MODEL, "prompt": prompt})).body)
+        assert got["choices"][0]["text"] == " 4"
+    assert r.stats.unused(MODEL) == 0 and r.index.models[MODEL].samples == 1
+    with pytest.raises(errors.NoMatch):
+        r.handle(COMPLETION_PATH, orjson.dumps({"model": MODEL, "prompt": [17, 10, 17]}))
