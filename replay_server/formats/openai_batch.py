@@ -23,13 +23,11 @@ from ..keys import split_prompts
 from ..records import (
     COMPLETION_PATH,
     ENDPOINTS,
-    MARKER,
-    RECORD_VERSION,
     Record,
+    make_record,
     split_batch,
     strip_transport,
 )
-from ..records import validate as validate_record
 from .base import LoadContext, json_lines
 
 HARNESS = "openai-batch"
@@ -143,10 +141,8 @@ class OpenAIBatchReader:
             else:
                 parts = [(request, body)]
             for part_request, part_body in parts:
-                yield validate_record({MARKER: RECORD_VERSION, "endpoint": given.url,
-                                       "model": request.get("model"), "request": part_request,
-                                       "response": part_body, "unusable": failure,
-                                       "source": source}, file, line)
+                yield make_record(given.url, request.get("model"), part_request, part_body,
+                                  source, file, line, unusable=failure)
         except ValueError as e:
             ctx.bad(LoadError(file, line, str(e), field="response.body.choices"))
         except LoadError as error:
