@@ -68,6 +68,15 @@ class LoadContext:
         self.on_progress(nbytes)
 
 
+def head_keys(head: bytes) -> set[str]:
+    """The keys of a file's first line when it is a JSON object (for `detect`), else none."""
+    try:
+        obj = orjson.loads(head)
+    except orjson.JSONDecodeError:
+        return set()
+    return set(obj) if isinstance(obj, dict) else set()
+
+
 def json_lines(path: Path, ctx: LoadContext) -> Iterator[tuple[int, Any]]:
     """(line number, parsed value) of each non-blank line of a JSONL file, reporting
     progress; a line that is not JSON goes to `ctx.bad` (which stops the load unless the
@@ -133,12 +142,14 @@ def text_response(endpoint: str, texts: Sequence[str | None],
                   finish_reasons: Sequence[str | None] | None = None,
                   usage: dict[str, Any] | None = None, *, id: str, model: str | None,
                   reasonings: Sequence[str | None] | None = None,
+                  refusals: Sequence[str | None] | None = None,
                   tool_calls: Sequence[list[Any] | None] | None = None,
                   logprobs: Sequence[Any] | None = None,
                   created: int | None = None) -> dict[str, Any]:
     """A response body rebuilt from what a source saved instead of one: one choice per
     text, in order. What was not saved is null (`finish_reason`, `usage`, `created`,
-    `logprobs`); a chat message gets `reasoning` and `tool_calls` only when saved."""
+    `logprobs`); a chat message gets `reasoning`, `refusal` and `tool_calls` only when
+    saved."""
     n = len(texts)
     chat = endpoint == CHAT_PATH
     choices = []
@@ -148,6 +159,8 @@ def text_response(endpoint: str, texts: Sequence[str | None],
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if reasonings is not None and _at(reasonings, i, n) is not None:
                 message["reasoning"] = reasonings[i]
+            if refusals is not None and _at(refusals, i, n) is not None:
+                message["refusal"] = refusals[i]
             if tool_calls is not None and _at(tool_calls, i, n) is not None:
                 message["tool_calls"] = tool_calls[i]
             choice["message"] = message

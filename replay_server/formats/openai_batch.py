@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ..errors import LoadError
 from ..keys import split_prompts
 from ..records import (
@@ -28,17 +26,9 @@ from ..records import (
     split_batch,
     strip_transport,
 )
-from .base import LoadContext, json_lines
+from .base import LoadContext, head_keys, json_lines
 
 HARNESS = "openai-batch"
-
-
-def _keys(head: bytes) -> set[str]:
-    try:
-        obj = orjson.loads(head)
-    except orjson.JSONDecodeError:
-        return set()
-    return set(obj) if isinstance(obj, dict) else set()
 
 
 @dataclass(slots=True)
@@ -57,7 +47,7 @@ class OpenAIBatchReader:
     name = "openai-batch"
 
     def detect(self, path: Path, head: bytes) -> bool:
-        keys = _keys(head)
+        keys = head_keys(head)
         return "custom_id" in keys and bool(keys & {"body", "response", "error"})
 
     def read(self, files: list[Path], ctx: LoadContext) -> Iterator[Record]:
