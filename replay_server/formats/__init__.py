@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .base import LoadContext, Reader
 from .inspect_ai import InspectAIReader
+from .lighteval import LightevalReader
 from .lm_eval import LmEvalReader
 from .native import NativeReader
 from .oe_eval import OeEvalReader
@@ -11,6 +12,7 @@ from .olmo_eval import OlmoEvalReader
 from .openai_batch import OpenAIBatchReader
 
 READERS: list[Reader] = [NativeReader(), OpenAIBatchReader(), LmEvalReader(),
-                          InspectAIReader(), OlmoEvalReader(), OeEvalReader()]
+                          InspectAIReader(), OlmoEvalReader(), OeEvalReader(),
+                          LightevalReader()]
 
 __all__ = ["READERS", "LoadContext", "Reader"]
