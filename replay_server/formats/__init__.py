@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import LoadContext, Reader
+from .evalscope import EvalscopeReader
 from .inspect_ai import InspectAIReader
 from .lighteval import LightevalReader
 from .lm_eval import LmEvalReader
@@ -13,6 +14,6 @@ from .openai_batch import OpenAIBatchReader
 
 READERS: list[Reader] = [NativeReader(), OpenAIBatchReader(), LmEvalReader(),
                           InspectAIReader(), OlmoEvalReader(), OeEvalReader(),
-                          LightevalReader()]
+                          LightevalReader(), EvalscopeReader()]
 
 __all__ = ["READERS", "LoadContext", "Reader"]
