@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from replay_server.errors import LoadError
+from replay_server.formats import READERS
 from replay_server.formats.base import strip_litellm_provider, synthetic_id, text_response
+from replay_server.loader import DEFAULT_MAX_LINE, _head
 from replay_server.records import CHAT_PATH, COMPLETION_PATH, make_record, validate
 
 REQUEST = {"model": "m", "messages": [{"role": "user", "content": "q"}], "stream": True}
@@ -78,3 +81,20 @@ def test_litellm_provider_prefixes_are_stripped_only_when_known() -> None:
     assert strip_litellm_provider("hosted_vllm/Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"
     assert strip_litellm_provider("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"
     assert strip_litellm_provider("openai/") == "openai/"
+
+
+DATA = Path(__file__).parent / "data"
+READER_OF = {"evalscope": "evalscope", "inspect_ai": "inspect_ai", "lighteval": "lighteval",
+             "lm_eval": "lm-eval", "oe_eval": "oe-eval", "olmo_eval": "olmo-eval",
+             "openai_batch": "openai-batch"}
+
+
+@pytest.mark.parametrize("folder", sorted(READER_OF))
+def test_no_reader_claims_another_formats_files(folder: str) -> None:
+    claimed = 0
+    for path in sorted(p for p in (DATA / folder).rglob("*") if p.is_file()):
+        head = _head(path, DEFAULT_MAX_LINE)
+        readers = [r.name for r in READERS if r.detect(path, head)]
+        assert readers in ([], [READER_OF[folder]]), path
+        claimed += bool(readers)
+    assert claimed
