@@ -202,6 +202,17 @@ def test_two_tasks_of_one_run_sharing_a_prompt_with_different_answers_are_ambigu
                      "replay_ambiguous")
 
 
+def test_a_damaged_details_file_is_named(tmp_path: Path) -> None:
+    run = Path(shutil.copytree(DATA / "greedy", tmp_path / "greedy"))
+    path = details(run)
+    path.write_bytes(path.read_bytes()[:3000])
+    with pytest.raises(LoadError, match="not a readable parquet file") as error:
+        load([run], progress=False)
+    assert error.value.file == str(path)
+    loaded = load([run], progress=False, skip_bad_lines=True)
+    assert not loaded.index.models and len(loaded.ctx.bad_lines) == 1
+
+
 def test_a_details_file_without_its_results_file_is_named(tmp_path: Path) -> None:
     run = Path(shutil.copytree(DATA / "greedy", tmp_path / "greedy"))
     shutil.rmtree(run / "results")

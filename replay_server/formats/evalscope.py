@@ -29,7 +29,8 @@ turns some 400 errors, context length and content filter, into an answer holding
 message) or whose `model_output.error` is set, both unusable; lines of agent runs, answers
 with tool calls (the tools offered are not saved), prompts with non-text parts, tool
 messages or tool calls, and runs of another `eval_type` or with a `response_schema`,
-each skipped with a count.
+each skipped with a count. A request that offers tools (a key field) never matches a
+record of this reader: it fails as a miss, never gets an answer saved for another prompt.
 """
 
 from __future__ import annotations
