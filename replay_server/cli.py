@@ -102,8 +102,9 @@ def serve(paths: tuple[str, ...], **options: Any) -> None:
 
     Reads, as they are: replay-server records (.jsonl, from `record` or `convert`), OpenAI
     Batch input + output files, lm-evaluation-harness --log_samples output, inspect_ai
-    logs (.eval, .json), olmo-eval and oe-eval output directories; or one index file
-    (`replay-server index`). Point any harness at it with OPENAI_BASE_URL=http://HOST:PORT/v1.
+    logs (.eval, .json), olmo-eval and oe-eval output directories, lighteval
+    --save-details output (needs the `parquet` extra), evalscope work directories; or one
+    index file (`replay-server index`). Point any harness at it with OPENAI_BASE_URL=http://HOST:PORT/v1.
     """
     try:
         settings = _settings(options)

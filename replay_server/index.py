@@ -178,7 +178,7 @@ def entry_of(value: Entry | Exchange) -> Entry:
 
 def prompt_of(record: Record) -> dict[str, Any]:
     """The keyed prompt of a saved record (one prompt: a batch is saved prompt by prompt,
-    and `records.validate` checked its form)."""
+    and `records.make_record` checked its form)."""
     found = keys.prompts(kind_of(record.endpoint), record.request)
     assert found is not None and len(found) == 1
     return found[0]

@@ -49,12 +49,10 @@ from .records import (
     CHAT_PATH,
     COMPLETION_PATH,
     ENDPOINTS,
-    MARKER,
-    RECORD_VERSION,
     dump_line,
+    make_record,
     split_batch,
     strip_transport,
-    validate,
 )
 
 log = logging.getLogger(__name__)
@@ -144,9 +142,8 @@ def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
     parts = split_batch(request, response) if path == COMPLETION_PATH else [(request, response)]
     lines = []
     for part_request, part_response in parts:
-        record = validate({MARKER: RECORD_VERSION, "endpoint": path, "model": model,
-                           "request": part_request, "response": part_response,
-                           "source": source}, "(recording)", None)
+        record = make_record(path, model, part_request, part_response, source,
+                             "(recording)", None)
         record.source = source  # file and line are where the reader finds the line
 
         lines.append(dump_line(record))

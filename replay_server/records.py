@@ -40,6 +40,7 @@ TRANSPORT_FIELDS = frozenset({"stream", "stream_options", "user"})
 # The longest saved line read by default (--max-line-size): a bigger one is a bad line,
 # named, rather than gigabytes of memory.
 DEFAULT_MAX_LINE = 128 * 1024 * 1024
+MISSING: Any = object()  # stands for a field that is not there at all (null is there)
 
 
 @dataclass(slots=True)
@@ -113,9 +114,12 @@ class _Check:
         return LoadError(self.file, self.line, reason, field=self.prefix + name)
 
     def get(self, obj: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
-        if name not in obj:
+        return self.value(name, obj.get(name, MISSING), kind)
+
+    def value(self, name: str, value: Any, kind: type | tuple[type, ...]) -> Any:
+        """`value` if it has the type `kind`; MISSING is a field that is not there."""
+        if value is MISSING:
             raise self.fail(name, "missing")
-        value = obj[name]
         if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
             raise self.fail(name, f"expected {_kind_name(kind)}, got {_json_type(value)}")
         return value
@@ -184,30 +188,45 @@ def validate(obj: Any, file: str, line: int | None) -> Record:
     if version != RECORD_VERSION:
         raise check.fail(MARKER, f"record format version {version} is not supported "
                                  f"(this replay-server reads version {RECORD_VERSION})")
-    endpoint = check.get(obj, "endpoint", str)
+    return make_record(obj.get("endpoint", MISSING), obj.get("model", MISSING),
+                       obj.get("request", MISSING), obj.get("response"), obj.get("source"),
+                       file, line, unusable=obj.get("unusable"),
+                       sample_usage=obj.get("sample_usage"), also=obj.get("also_requests"))
+
+
+def make_record(endpoint: Any, model: Any, request: Any, response: Any, source: Any,
+                file: str, line: int | None, *, unusable: Any = None,
+                sample_usage: Any = None, also: Any = None) -> Record:
+    """A native record from its parts, checked exactly as `validate` checks a saved line
+    (a LoadError names FILE:LINE and the field): how readers make their records.
+
+    `source` gets the file and line unless it names its own; the request loses its
+    transport-only fields; the response's choices are put in index order; a record whose
+    choices are not answers (null text, empty message) is marked unusable, saying why.
+    """
+    check = _Check(file, line)
+    endpoint = check.value("endpoint", endpoint, str)
     if endpoint not in ENDPOINTS:
         raise check.fail("endpoint", f"expected one of {', '.join(ENDPOINTS)}, got {endpoint!r}")
-    model = check.get(obj, "model", str)
+    model = check.value("model", model, str)
     if not model:
         raise check.fail("model", "must not be empty")
-    request = check.get(obj, "request", dict)
+    request = check.value("request", request, dict)
     _validate_prompt(endpoint, request, _Check(file, line, "request."))
-    source = _source(obj.get("source"), file, line, check)
-    also = _also(endpoint, obj.get("also_requests"), check)
-    response = obj.get("response")
-    unusable = obj.get("unusable")
+    source = _source(source, file, line, check)
+    forms = _also(endpoint, also, check)
     if response is None:
         if not isinstance(unusable, str) or not unusable:
             raise check.fail("response", "is null, so `unusable` must say why")
         return Record(endpoint, model, strip_transport(request), None, source, unusable,
-                      origin=file, also=also)
+                      origin=file, also=forms)
     if not isinstance(response, dict):
         raise check.fail("response", f"expected an object or null, got {_json_type(response)}")
     response = normalise_choices(response, endpoint, _Check(file, line, "response."))
-    sample_usage = _sample_usage(obj, len(response["choices"]), check)
+    usage = _sample_usage(sample_usage, len(response["choices"]), check)
     reasons = {choice_unusable(endpoint, c) for c in response["choices"]} - {None}
     record = Record(endpoint, model, strip_transport(request), response, source,
-                    None, sample_usage, origin=file, also=also)
+                    None, usage, origin=file, also=forms)
     if reasons:
         record.unusable = sorted(r for r in reasons if r)[0]
     return record
@@ -268,8 +287,7 @@ def normalise_choices(response: dict[str, Any], endpoint: str, check: _Check) ->
     return {**response, "choices": [{**c, "index": i} for i, c in enumerate(choices)]}
 
 
-def _sample_usage(obj: dict[str, Any], n: int, check: _Check) -> list[Any] | None:
-    usage = obj.get("sample_usage")
+def _sample_usage(usage: Any, n: int, check: _Check) -> list[Any] | None:
     if usage is None:
         return None
     if not isinstance(usage, list) or len(usage) != n:

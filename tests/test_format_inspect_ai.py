@@ -233,6 +233,61 @@ def test_a_damaged_eval_member_is_named(tmp_path: Path) -> None:
     assert loaded.index.models["tiny-model"].records == 6
 
 
+# inspect_ai's own writer, with its frame size (200 MiB of input) made small: every member
+# of the log it writes spans several Zstandard frames.
+WRITE_MULTI_FRAME = """
+import sys
+import inspect_ai._util.zipfile as zipfile_helpers
+from inspect_ai.log import read_eval_log, write_eval_log
+zipfile_helpers._MAX_INPUT_PER_FRAME = 2048
+write_eval_log(read_eval_log(sys.argv[1]), sys.argv[2])
+"""
+
+
+def zstd_frames(path: Path, member: str) -> int:
+    import zipfile
+
+    import zstandard
+    with zipfile.ZipFile(path) as archive, path.open("rb") as raw:
+        info = archive.getinfo(member)
+        raw.seek(info.header_offset + 26)
+        skip = int.from_bytes(raw.read(2), "little") + int.from_bytes(raw.read(2), "little")
+        data = raw.read(skip)[skip:] + raw.read(info.compress_size)
+    frames = 0
+    while data:
+        frames += 1
+        reader = zstandard.ZstdDecompressor().decompressobj()
+        reader.decompress(data)
+        data = reader.unused_data
+    return frames
+
+
+def test_members_written_in_several_zstd_frames_are_read_whole(tmp_path: Path) -> None:
+    source = next((DATA / "arith").glob("*.eval"))
+    path = tmp_path / source.name
+    subprocess.run([sys.executable, "-c", WRITE_MULTI_FRAME, source, path], check=True,
+                   capture_output=True)
+    assert zstd_frames(path, "samples/tool_epoch_1.json") > 3
+
+    def saved(p: Path) -> list[bytes]:  # the writer puts the members in another order
+        return sorted(orjson.dumps([r.request, r.response, r.source["instance"]],
+                                   option=orjson.OPT_SORT_KEYS) for r in records(p))
+    assert saved(path) == saved(source) and len(saved(path)) == 7
+
+
+def test_a_member_bigger_than_its_zip_entry_says_is_refused(tmp_path: Path) -> None:
+    source = next((DATA / "arith").glob("*.eval"))
+    data = bytearray(source.read_bytes())
+    entry = data.index(b"samples/q1_epoch_1.json", data.index(b"PK\x01\x02")) - 46
+    size = int.from_bytes(data[entry + 24:entry + 28], "little")
+    data[entry + 24:entry + 28] = (size - 100).to_bytes(4, "little")  # the unpacked size
+    path = tmp_path / source.name
+    path.write_bytes(bytes(data))
+    with pytest.raises(LoadError, match=rf"q1_epoch_1\.json: unpacks to more than the "
+                                        rf"{size - 100} bytes"):
+        load([path], progress=False)
+
+
 def test_inspect_and_convert(tmp_path: Path) -> None:
     cli = [sys.executable, "-m", "replay_server"]
     human = subprocess.run([*cli, "inspect", DATA], capture_output=True, text=True, cwd=ROOT,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from .base import LoadContext, Reader
+from .evalscope import EvalscopeReader
 from .inspect_ai import InspectAIReader
+from .lighteval import LightevalReader
 from .lm_eval import LmEvalReader
 from .native import NativeReader
 from .oe_eval import OeEvalReader
@@ -11,6 +13,7 @@ from .olmo_eval import OlmoEvalReader
 from .openai_batch import OpenAIBatchReader
 
 READERS: list[Reader] = [NativeReader(), OpenAIBatchReader(), LmEvalReader(),
-                          InspectAIReader(), OlmoEvalReader(), OeEvalReader()]
+                          InspectAIReader(), OlmoEvalReader(), OeEvalReader(),
+                          LightevalReader(), EvalscopeReader()]
 
 __all__ = ["READERS", "LoadContext", "Reader"]

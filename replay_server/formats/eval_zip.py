@@ -1,9 +1,12 @@
 """The samples of an inspect_ai `.eval` log, read straight from the zip.
 
 Current `.eval` members are compressed with Zstandard (zip method 93), which Python's
-`zipfile` cannot unpack: such a member's bytes are read past its local header and
-decompressed here (CRC checked); deflated or stored members go through `zipfile`.
-Samples come one member at a time, in epoch order, so a big log is never held whole.
+`zipfile` cannot unpack before 3.14: such a member's bytes are read past its local header
+and decompressed here, as a stream, across every frame (inspect_ai's writer starts a new
+frame every 200 MiB of input, `_util/zipfile.py`), with its size and CRC checked; deflated
+or stored members go through `zipfile`. Samples come one member at a time, in epoch order,
+so a big log is never held whole: a member costs its own size in memory, and no more than
+its directory entry says (a damaged or hostile size is refused, not followed).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import orjson
 import zstandard
@@ -23,6 +26,7 @@ from ..errors import LoadError
 from .base import LoadContext
 
 ZSTD_METHOD = 93
+CHUNK = 1 << 20
 SAMPLE = re.compile(r"^samples/(?P<id>.+)_epoch_(?P<epoch>\d+)\.json$")
 CHUNKED = re.compile(r"^samples/(?P<id>.+)_epoch_(?P<epoch>\d+)/sample\.json$")
 
@@ -65,7 +69,8 @@ def eval_samples(path: Path, ctx: LoadContext) -> Iterator[dict[str, Any]]:
                 ctx.bad(LoadError(file, None, f"{info.filename}: expected a JSON object"))
 
 
-def _member(archive: zipfile.ZipFile, raw: IO[bytes], info: zipfile.ZipInfo, file: str) -> bytes:
+def _member(archive: zipfile.ZipFile, raw: IO[bytes], info: zipfile.ZipInfo,
+            file: str) -> bytes | bytearray:
     """A member's bytes; Zstandard members are read past their local header by hand."""
     if info.compress_type != ZSTD_METHOD:
         try:
@@ -78,11 +83,39 @@ def _member(archive: zipfile.ZipFile, raw: IO[bytes], info: zipfile.ZipInfo, fil
         raise LoadError(file, None, f"{info.filename}: bad zip local header")
     name_len, extra_len = struct.unpack("<HH", header[26:30])
     raw.seek(info.header_offset + 30 + name_len + extra_len)
+    data = bytearray()
+    crc = 0
     try:
-        data = zstandard.ZstdDecompressor().decompress(
-            raw.read(info.compress_size), max_output_size=info.file_size)
+        member = cast(IO[bytes], _Slice(raw, info.compress_size))  # read() is all it uses
+        with zstandard.ZstdDecompressor().stream_reader(member, read_across_frames=True
+                                                        ) as reader:
+            while chunk := reader.read(CHUNK):
+                if len(data) + len(chunk) > info.file_size:
+                    raise LoadError(file, None, f"{info.filename}: unpacks to more than the "
+                                    f"{info.file_size} bytes its zip entry says (the file is "
+                                    "damaged)")
+                crc = zlib.crc32(chunk, crc)
+                data += chunk
     except zstandard.ZstdError as e:
         raise LoadError(file, None, f"{info.filename}: bad Zstandard data: {e}") from None
-    if zlib.crc32(data) != info.CRC:
+    if len(data) != info.file_size:
+        raise LoadError(file, None, f"{info.filename}: unpacks to {len(data)} bytes, not the "
+                        f"{info.file_size} its zip entry says (the file is damaged)")
+    if crc != info.CRC:
         raise LoadError(file, None, f"{info.filename}: CRC mismatch (the file is damaged)")
-    return bytes(data)
+    return data
+
+
+class _Slice:
+    """The next `size` bytes of a file, as a file the decompressor reads from: its frames
+    end where the member does, not in the next member."""
+
+    def __init__(self, raw: IO[bytes], size: int) -> None:
+        self._raw = raw
+        self._left = size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._left if n < 0 else min(n, self._left)
+        data = self._raw.read(n)
+        self._left -= len(data)
+        return data

@@ -20,7 +20,6 @@ The instance is the sample id: its epochs are the k samples of one instance, in 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +28,8 @@ from typing import Any
 import orjson
 
 from ..errors import LoadError
-from ..records import CHAT_PATH, MARKER, RECORD_VERSION, Record, validate
-from .base import LoadContext
+from ..records import CHAT_PATH, Record, make_record
+from .base import LoadContext, synthetic_id, text_response
 from .eval_zip import eval_samples
 
 HARNESS = "inspect_ai"
@@ -141,9 +140,8 @@ def _record(event: dict[str, Any], pool: list[Any], attachments: dict[str, str],
         if response is None:
             unusable = "the model call saved neither a response nor an output"
     model = request.get("model") or event.get("model")
-    return validate({MARKER: RECORD_VERSION, "endpoint": CHAT_PATH, "model": model,
-                     "request": request, "response": response, "unusable": unusable,
-                     "source": source}, file, None)
+    return make_record(CHAT_PATH, model, request, response, source, file, None,
+                       unusable=unusable)
 
 
 def _wire_request(call: dict[str, Any], pool: list[Any], attachments: dict[str, str],
@@ -249,42 +247,45 @@ def _from_output(output: Any, seed: str) -> dict[str, Any] | None:
     """A chat.completion body rebuilt from inspect's ModelOutput (no raw response saved)."""
     if not isinstance(output, dict) or not isinstance(output.get("choices"), list):
         return None
-    choices = [_output_choice(i, c) for i, c in enumerate(output["choices"])
-               if isinstance(c, dict)]
+    choices = [c for c in output["choices"] if isinstance(c, dict)]
     if not choices:
         return None
-    rid = output.get("response_id") or "replay-inspect-" + hashlib.blake2b(
-        seed.encode(), digest_size=6).hexdigest()
-    return {"id": rid, "object": "chat.completion", "created": None,
-            "model": output.get("model"), "choices": choices,
-            "usage": _output_usage(output.get("usage"))}
+    parts = [_output_message(c) for c in choices]
+    return text_response(
+        CHAT_PATH, [p[0] for p in parts],
+        [FINISH.get(str(c.get("stop_reason"))) for c in choices],
+        _output_usage(output.get("usage")),
+        id=output.get("response_id") or synthetic_id("inspect", seed),
+        model=output.get("model"), reasonings=[p[1] for p in parts],
+        tool_calls=[p[2] for p in parts])
 
 
 FINISH = {"stop": "stop", "tool_calls": "tool_calls", "content_filter": "content_filter",
           "max_tokens": "length", "model_length": "length"}
 
 
-def _output_choice(index: int, choice: dict[str, Any]) -> dict[str, Any]:
+def _output_message(choice: dict[str, Any]) -> tuple[Any, str | None, list[Any] | None]:
+    """(content, reasoning, tool calls) of a ModelOutput choice, in the OpenAI shape."""
     saved: dict[str, Any] = choice["message"] if isinstance(choice.get("message"), dict) else {}
     content = saved.get("content")
-    message: dict[str, Any] = {"role": "assistant", "content": content}
+    reasoning = None
     if isinstance(content, list):
         parts = [p for p in content if isinstance(p, dict)]
         texts = [p.get("text") for p in parts if p.get("type") == "text"]
         thoughts = [p.get("reasoning") for p in parts
                     if p.get("type") == "reasoning" and not p.get("redacted")]
-        message["content"] = "\n".join(t for t in texts if isinstance(t, str))
+        content = "\n".join(t for t in texts if isinstance(t, str))
         if thoughts:
-            message["reasoning"] = "\n".join(t for t in thoughts if isinstance(t, str))
+            reasoning = "\n".join(t for t in thoughts if isinstance(t, str))
     calls = saved.get("tool_calls")
+    tool_calls = None
     if isinstance(calls, list) and calls:
         # inspect keeps the parsed arguments only: they are serialised again here.
-        message["tool_calls"] = [
+        tool_calls = [
             {"id": c.get("id"), "type": "function",
              "function": {"name": c.get("function"), "arguments": json.dumps(c.get("arguments"))}}
             for c in calls if isinstance(c, dict)]
-    return {"index": index, "message": message, "logprobs": None,
-            "finish_reason": FINISH.get(str(choice.get("stop_reason")))}
+    return content, reasoning, tool_calls
 
 
 def _output_usage(usage: Any) -> dict[str, Any] | None:

@@ -39,15 +39,8 @@ from typing import Any
 import orjson
 
 from ..errors import LoadError
-from ..records import (
-    CHAT_PATH,
-    COMPLETION_PATH,
-    MARKER,
-    RECORD_VERSION,
-    Record,
-    validate,
-)
-from .base import LoadContext, json_lines
+from ..records import CHAT_PATH, COMPLETION_PATH, Record, make_record
+from .base import LoadContext, json_lines, synthetic_id, text_response
 
 HARNESS = "lm-eval"
 PLACEHOLDER = "LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER"
@@ -262,19 +255,9 @@ def _record(endpoint: str, request: dict[str, Any], text: str, model: str, file:
         unusable = (f"lm-eval saved its null-answer placeholder ({text!r}): the server sent "
                     "no content")
     else:
-        rid = "replay-lm-eval-" + hashlib.blake2b(where.encode(), digest_size=6).hexdigest()
-        chat = endpoint == CHAT_PATH
-        choice: dict[str, Any] = {"index": 0}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": text}
-        else:
-            choice["text"] = text
-        choice.update(logprobs=None, finish_reason=None)
-        response = {"id": rid, "object": "chat.completion" if chat else "text_completion",
-                    "created": None, "model": model, "choices": [choice], "usage": None}
-    return validate({MARKER: RECORD_VERSION, "endpoint": endpoint, "model": model,
-                     "request": request, "response": response, "unusable": unusable,
-                     "source": {"harness": HARNESS, "instance": instance}}, file, line)
+        response = text_response(endpoint, [text], id=synthetic_id(HARNESS, where), model=model)
+    return make_record(endpoint, model, request, response,
+                       {"harness": HARNESS, "instance": instance}, file, line, unusable=unusable)
 
 
 def _is_placeholder(text: str) -> bool:

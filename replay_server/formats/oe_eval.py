@@ -39,19 +39,17 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LoadError
-from ..records import CHAT_PATH, MARKER, RECORD_VERSION, Record, validate
-from .base import LoadContext
-from .paired import (
-    Predictions,
-    Requests,
-    Row,
-    check_native_id,
+from ..records import CHAT_PATH, Record, make_record
+from .base import (
+    LoadContext,
     dig,
     read_json,
-    skip_all,
+    strip_litellm_provider,
     synthetic_id,
+    text_response,
     usage,
 )
+from .paired import Predictions, Requests, Row, check_native_id, skip_all
 
 HARNESS = "oe-eval"
 TASK_FILE = re.compile(r"(task-\d{3,}-.+)-(predictions\.jsonl|requests\.jsonl|metrics\.json)")
@@ -63,15 +61,6 @@ NO_PREDICTIONS = "requests with no -predictions.jsonl beside them: no output was
 TRUNCATED = "prompt truncated when saved (truncation_size_when_saved)"
 CHARS_MARK = re.compile(r"<<truncated \d+ chars>>(?=.{50}\Z)", re.DOTALL)
 ELEMENTS_MARK = re.compile(r"<<truncated \d+ elements>>")
-# litellm provider prefixes (`litellm.provider_list`) of OpenAI-compatible routes and the
-# common hosted ones: litellm sends the model name without them.
-LITELLM_PROVIDERS = frozenset({
-    "openai", "custom_openai", "text-completion-openai", "hosted_vllm", "vllm", "litellm_proxy",
-    "azure", "azure_ai", "anthropic", "together_ai", "fireworks_ai", "deepinfra", "groq",
-    "mistral", "deepseek", "openrouter", "gemini", "vertex_ai", "bedrock", "xai", "cohere",
-    "perplexity", "nvidia_nim", "cerebras", "sambanova", "ollama", "ollama_chat", "lm_studio",
-    "huggingface", "databricks", "watsonx", "anyscale",
-})
 
 
 class OeEvalReader:
@@ -110,10 +99,7 @@ def model_name(metrics: dict[str, Any] | None) -> str | None:
     model = dig(config, "model")
     if not isinstance(model, str) or not model:
         return None
-    provider, sep, rest = model.partition("/")
-    if dig(config, "model_type") == "litellm" and sep and rest and provider in LITELLM_PROVIDERS:
-        return rest
-    return model
+    return strip_litellm_provider(model) if dig(config, "model_type") == "litellm" else model
 
 
 def truncated(value: Any) -> bool:
@@ -223,9 +209,8 @@ class _Task:
         task = given.obj.get("task_name") or self.predictions.name
         source = {"file": row.file, "line": row.line, "harness": HARNESS,
                   "instance": f"{task}:{doc_id}", "idx": idx, "request": given.where}
-        return validate({MARKER: RECORD_VERSION, "endpoint": CHAT_PATH, "model": self.model,
-                         "request": body, "response": response, "unusable": unusable,
-                         "source": source}, row.file, row.line)
+        return make_record(CHAT_PATH, self.model, body, response, source, row.file, row.line,
+                           unusable=unusable)
 
     def _response(self, row: Row, idx: int, output: Any
                   ) -> tuple[dict[str, Any] | None, str | None]:
@@ -241,9 +226,7 @@ class _Task:
         text = text if isinstance(text, str) else output.get("continuation")
         if not isinstance(text, str):
             return None, "oe-eval saved no continuation (null or missing)"
-        choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                  "logprobs": None, "finish_reason": None}
-        return {"id": synthetic_id(HARNESS, row.file, row.line, idx),
-                "object": "chat.completion", "created": None, "model": self.model,
-                "choices": [choice],
-                "usage": usage(output.get("context_tokens"), output.get("num_tokens"))}, None
+        return text_response(CHAT_PATH, [text],
+                             usage=usage(output.get("context_tokens"), output.get("num_tokens")),
+                             id=synthetic_id(HARNESS, row.file, row.line, idx),
+                             model=self.model), None

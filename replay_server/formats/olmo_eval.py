@@ -37,19 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LoadError
-from ..records import CHAT_PATH, COMPLETION_PATH, MARKER, RECORD_VERSION, Record, validate
-from .base import LoadContext
-from .paired import (
-    Predictions,
-    Requests,
-    Row,
-    check_native_id,
-    dig,
-    read_json,
-    skip_all,
-    synthetic_id,
-    usage,
-)
+from ..records import CHAT_PATH, COMPLETION_PATH, Record, make_record
+from .base import LoadContext, dig, read_json, synthetic_id, text_response, usage
+from .paired import Predictions, Requests, Row, check_native_id, skip_all
 
 HARNESS = "olmo-eval"
 PREDICTIONS, REQUESTS = "-predictions.jsonl", "-requests.jsonl"
@@ -162,9 +152,8 @@ class _Task:
         task = given.obj.get("task_name") or self.predictions.name[: -len(PREDICTIONS)]
         source = {"file": row.file, "line": row.line, "harness": HARNESS,
                   "instance": f"{task}:{doc_id}", "request": given.where}
-        return validate({MARKER: RECORD_VERSION, "endpoint": endpoint, "model": self.model,
-                         "request": request, "response": response, "unusable": unusable,
-                         "sample_usage": sample_usage, "source": source}, row.file, row.line)
+        return make_record(endpoint, self.model, request, response, source, row.file, row.line,
+                           unusable=unusable, sample_usage=sample_usage)
 
 
 def _request(model: str, given: Row, n: int) -> tuple[str, dict[str, Any]] | str:
@@ -233,24 +222,11 @@ def _response(endpoint: str, request: dict[str, Any], row: Row, model: str
     if request.get("tools") and "" in texts:
         return None, ("olmo-eval saved an empty text with tools offered; it does not save "
                       "tool calls, so the answer may have been one"), None
-    choices = [_choice(endpoint, i, text, output)
-               for i, (text, output) in enumerate(zip(texts, outputs, strict=True))]
+    finish = [o.get("finish_reason") for o in outputs]
     totals = [o.get("completion_tokens") for o in outputs]  # each sample saves the total
-    body = {"id": synthetic_id(HARNESS, row.file, row.line),
-            "object": "chat.completion" if endpoint == CHAT_PATH else "text_completion",
-            "created": None, "model": model, "choices": choices,
-            "usage": usage(None, totals[0]) if totals.count(totals[0]) == len(totals) else None}
+    body = text_response(
+        endpoint, texts, [f if isinstance(f, str) else None for f in finish],
+        usage(None, totals[0]) if totals.count(totals[0]) == len(totals) else None,
+        id=synthetic_id(HARNESS, row.file, row.line), model=model)
     samples = [usage(None, o.get("num_tokens")) for o in outputs]
     return body, None, samples if len(samples) > 1 and any(samples) else None
-
-
-def _choice(endpoint: str, index: int, text: str, output: dict[str, Any]) -> dict[str, Any]:
-    finish = output.get("finish_reason")
-    choice: dict[str, Any] = {"index": index}
-    if endpoint == CHAT_PATH:
-        choice["message"] = {"role": "assistant", "content": text}
-    else:
-        choice["text"] = text
-    choice["logprobs"] = None
-    choice["finish_reason"] = finish if isinstance(finish, str) else None
-    return choice

@@ -16,31 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ..errors import LoadError
 from ..keys import split_prompts
 from ..records import (
     COMPLETION_PATH,
     ENDPOINTS,
-    MARKER,
-    RECORD_VERSION,
     Record,
+    make_record,
     split_batch,
     strip_transport,
 )
-from ..records import validate as validate_record
-from .base import LoadContext, json_lines
+from .base import LoadContext, head_keys, json_lines
 
 HARNESS = "openai-batch"
-
-
-def _keys(head: bytes) -> set[str]:
-    try:
-        obj = orjson.loads(head)
-    except orjson.JSONDecodeError:
-        return set()
-    return set(obj) if isinstance(obj, dict) else set()
 
 
 @dataclass(slots=True)
@@ -59,7 +47,7 @@ class OpenAIBatchReader:
     name = "openai-batch"
 
     def detect(self, path: Path, head: bytes) -> bool:
-        keys = _keys(head)
+        keys = head_keys(head)
         return "custom_id" in keys and bool(keys & {"body", "response", "error"})
 
     def read(self, files: list[Path], ctx: LoadContext) -> Iterator[Record]:
@@ -143,10 +131,8 @@ class OpenAIBatchReader:
             else:
                 parts = [(request, body)]
             for part_request, part_body in parts:
-                yield validate_record({MARKER: RECORD_VERSION, "endpoint": given.url,
-                                       "model": request.get("model"), "request": part_request,
-                                       "response": part_body, "unusable": failure,
-                                       "source": source}, file, line)
+                yield make_record(given.url, request.get("model"), part_request, part_body,
+                                  source, file, line, unusable=failure)
         except ValueError as e:
             ctx.bad(LoadError(file, line, str(e), field="response.body.choices"))
         except LoadError as error:

@@ -13,7 +13,6 @@ This module only reads rows; it never decides what to serve.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,47 +144,3 @@ class Predictions:
                 continue
             self._lines[doc_id] = row.line
             yield doc_id, row
-
-
-def read_json(path: Path, ctx: LoadContext) -> dict[str, Any] | None:
-    """A small JSON side file (run metadata), or None when it is missing or not an object."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        ctx.bad(LoadError(str(path), None, f"cannot read: {e.strerror or e}"))
-        return None
-    ctx.progress(len(data))
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        ctx.bad(LoadError(str(path), None, f"not valid JSON: {e}"))
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def dig(obj: Any, *path: str) -> Any:
-    """obj[path[0]][path[1]]..., or None where a step is missing or not an object."""
-    for step in path:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(step)
-    return obj
-
-
-def synthetic_id(harness: str, *parts: object) -> str:
-    """A deterministic response id for sources that saved none."""
-    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=6).hexdigest()
-    return f"replay-{harness}-{digest}"
-
-
-def usage(prompt: Any, completion: Any) -> dict[str, int | None] | None:
-    """A usage object from the saved counts only: a count the source did not save is null."""
-    prompt = prompt if isinstance(prompt, int) and not isinstance(prompt, bool) else None
-    completion = (completion if isinstance(completion, int) and not isinstance(completion, bool)
-                  else None)
-    if prompt is None and completion is None:
-        return None
-    total = prompt + completion if prompt is not None and completion is not None else None
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
