@@ -82,6 +82,12 @@ _max_line = click.option(
     help="Longest saved line read, in bytes; a longer one is a bad line, named.")
 
 
+_tokenizer = click.option(
+    "--tokenizer", metavar="PATH", envvar=envvar("tokenizer"), show_envvar=True,
+    help="The run's tokenizer (a folder with tokenizer.json, or the file): lm-eval records "
+    "are keyed by token ids too, and loglikelihood rows are read.")
+
+
 def _fail(error: Exception) -> NoReturn:
     _say(f"error: {error}")
     sys.exit(2)
@@ -121,8 +127,9 @@ def serve(paths: tuple[str, ...], **options: Any) -> None:
               help="Report bad lines instead of stopping at the first one (exit status 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @_max_line
+@_tokenizer
 def inspect(paths: tuple[str, ...], skip_bad_lines: bool, as_json: bool,
-            max_line_size: int) -> None:
+            max_line_size: int, tokenizer: str | None) -> None:
     """Show what `serve PATHS` would serve, without serving.
 
     Per source file and model: records loaded, rows skipped and why (with examples),
@@ -131,7 +138,7 @@ def inspect(paths: tuple[str, ...], skip_bad_lines: bool, as_json: bool,
     """
     try:
         report = summary.summary(load(paths, skip_bad_lines=skip_bad_lines,
-                                         max_line=max_line_size))
+                                         max_line=max_line_size, tokenizer=tokenizer))
     except LoadError as error:
         _fail(error)
     if as_json:
@@ -148,15 +155,16 @@ def inspect(paths: tuple[str, ...], skip_bad_lines: bool, as_json: bool,
 @click.option("--skip-bad-lines", is_flag=True,
               help="Leave out lines that cannot be read, and report them, instead of stopping.")
 @_max_line
+@_tokenizer
 def convert(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
-            max_line_size: int) -> None:
+            max_line_size: int, tokenizer: str | None) -> None:
     """Write every saved exchange in PATHS as replay-server records (one JSONL file).
 
     `serve OUTPUT` then answers exactly as `serve PATHS` does.
     """
     try:
         count, ctx = convert_paths(paths, output, skip_bad_lines=skip_bad_lines,
-                                        max_line=max_line_size)
+                                   max_line=max_line_size, tokenizer=tokenizer)
     except LoadError as error:
         _fail(error)
     _say(f"wrote {count} records to {output}")
@@ -197,15 +205,17 @@ def record(upstream: str, out: Path, host: str, port: int, log_level: str) -> No
 @click.option("--skip-bad-lines", is_flag=True,
               help="Leave out lines that cannot be read, and report them, instead of stopping.")
 @_max_line
+@_tokenizer
 def build_index(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
-                max_line_size: int) -> None:
+                max_line_size: int, tokenizer: str | None) -> None:
     """Compile the saved runs in PATHS into one index file, once.
 
     `serve OUTPUT` then starts at once whatever the run's size, keeps little in memory,
     and can use several worker processes (--workers) that share the file.
     """
     try:
-        loaded = load(paths, skip_bad_lines=skip_bad_lines, max_line=max_line_size)
+        loaded = load(paths, skip_bad_lines=skip_bad_lines, max_line=max_line_size,
+                      tokenizer=tokenizer)
         for line in report_lines(loaded):
             _say(line)
         prompts = index_file.write(loaded, output)

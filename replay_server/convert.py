@@ -13,20 +13,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .formats import LoadContext
-from .loader import plan, progress_bar, read
+from .loader import context, plan, progress_bar, read
 from .records import DEFAULT_MAX_LINE, dump_line
 
 
 def convert_paths(paths: Sequence[str | Path], out: Path, *, skip_bad_lines: bool = False,
-            progress: bool = True, max_line: int = DEFAULT_MAX_LINE
-            ) -> tuple[int, LoadContext]:
+            progress: bool = True, max_line: int = DEFAULT_MAX_LINE,
+            tokenizer: str | None = None) -> tuple[int, LoadContext]:
     """Write every saved record under `paths` to `out` as native JSONL; returns the count.
 
     The file appears whole or not at all (written beside it, then renamed), and never
     replaces one of its own inputs. Each record gets a `source.run` unless it has one, so
     that two conversions served together stay two runs.
     """
-    ctx = LoadContext(skip_bad_lines=skip_bad_lines, max_line=max_line)
+    ctx = context(skip_bad_lines=skip_bad_lines, max_line=max_line, tokenizer=tokenizer)
     planned = plan(paths, ctx)
     planned.refuse_output(out)
     target = out.resolve()

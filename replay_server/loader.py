@@ -165,13 +165,26 @@ class Loaded:
     per_file: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
+def context(*, skip_bad_lines: bool = False, max_line: int = DEFAULT_MAX_LINE,
+            tokenizer: str | None = None) -> LoadContext:
+    """How files are read, with the tokenizer loaded (a LoadError names a bad one)."""
+    ctx = LoadContext(skip_bad_lines=skip_bad_lines, max_line=max_line)
+    if tokenizer:
+        from . import tokens  # the `tokens` extra: only with --tokenizer
+        try:
+            ctx.tokenizer = tokens.load_tokenizer(tokenizer)
+        except (tokens.TokenizerError, OSError, ValueError) as e:
+            raise LoadError(str(tokenizer), None, f"--tokenizer: {e}") from None
+    return ctx
+
+
 def load(paths: Sequence[str | Path], *, skip_bad_lines: bool = False,
          aliases: dict[str, str] | None = None, progress: bool = True,
-         max_line: int = DEFAULT_MAX_LINE) -> Loaded:
+         max_line: int = DEFAULT_MAX_LINE, tokenizer: str | None = None) -> Loaded:
     """Read every saved file into an index. Raises LoadError on the first bad line unless
     `skip_bad_lines`, in which case the returned context lists what was skipped."""
     start = time.perf_counter()
-    ctx = LoadContext(skip_bad_lines=skip_bad_lines, max_line=max_line)
+    ctx = context(skip_bad_lines=skip_bad_lines, max_line=max_line, tokenizer=tokenizer)
     planned = plan(paths, ctx)
     bar = progress_bar(planned.total_bytes, "loading", progress)
     ctx.on_progress = bar.update
@@ -203,6 +216,9 @@ def report_lines(loaded: Loaded) -> list[str]:
     for run in sorted(runs, key=lambda r: r.name):
         lines.append(f"  model {run.name}: {run.records} exchanges, {len(run.entries)} prompts, "
                      f"{run.samples} samples, {run.unusable_records} unusable")
+    tokenizer = loaded.ctx.tokenizer
+    if tokenizer is not None:
+        lines += [f"  warning: the tokenizer: {caveat}" for caveat in tokenizer.caveats]
     for reason, count in sorted(loaded.ctx.skipped.items()):
         examples = ", ".join(loaded.ctx.skipped_examples.get(reason, []))
         lines.append(f"  skipped {count} row(s): {reason} (e.g. {examples})")

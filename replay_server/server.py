@@ -35,7 +35,8 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
     indexes = [Path(p) for p in paths if index_file.is_index(Path(p))]
     if not indexes:
         loaded = load(paths, skip_bad_lines=settings.skip_bad_lines,
-                      aliases=settings.aliases(), max_line=settings.max_line_size)
+                      aliases=settings.aliases(), max_line=settings.max_line_size,
+                      tokenizer=settings.tokenizer)
         examples = [(r.endpoint, r.model, prompt_of(r))
                     for _, r in sorted(loaded.examples.items())]
         return Opened(loaded.index, report_lines(loaded), examples)

@@ -35,6 +35,11 @@ class Settings:
         "in saved order instead of failing with replay_ambiguous.")
     skip_bad_lines: bool = _setting(
         False, "Start even if some saved lines cannot be read; they are skipped and reported.")
+    tokenizer: str | None = _setting(
+        None, "The run's tokenizer, for lm-eval runs sent as token ids: a local folder with "
+        "tokenizer.json, or the file (what lm-eval's tokenizer= loaded; never downloaded). "
+        "With it, token-id prompts and loglikelihood (multiple-choice) requests are answered "
+        "from lm-eval samples files. Needs the `tokens` extra.", metavar="PATH")
     max_line_size: int = _setting(
         DEFAULT_MAX_LINE, "Longest saved line read, in bytes; a longer one is a bad line "
         "(named with its file and line), never gigabytes of memory.")

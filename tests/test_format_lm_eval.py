@@ -25,8 +25,11 @@ DATA = Path(__file__).parent / "data" / "lm_eval"
 # The runs this reader serves without a tokenizer (the others are test_tokens.py's).
 TEXT_RUNS = [DATA / "chat_repeats", DATA / "completions_batch", DATA / "loglikelihood_mc"]
 ROOT = Path(__file__).parent.parent
-LOGLIKELIHOOD = ("loglikelihood request (lm-eval saves only the summed logprob, not the token "
-                 "logprobs a replay needs)")
+LOGLIKELIHOOD = ("loglikelihood request (its token logprobs are rebuilt from the saved sum with "
+                 "the run's tokenizer: give --tokenizer)")
+GEN = Path(__file__).parent / "data" / "gen"
+TOKENIZED = {"loglikelihood_mc": GEN / "tokenizer", "mc_tokenized": GEN / "tokenizer_bpe",
+             "tokenized_gen": GEN / "tokenizer"}
 DUPLICATE = "row repeats a doc already read (one row per filter)"
 
 
@@ -191,3 +194,102 @@ def test_inspect_shows_the_skips_and_convert_replays_identically(tmp_path: Path)
                                                             progress=False).index.models
     first = orjson.loads(out.read_bytes().splitlines()[0])
     assert first["source"]["harness"] == "lm-eval"
+
+
+# --------------------------------------------------------------------------- --tokenizer
+
+
+def all_rows(case: str) -> list[dict[str, Any]]:
+    """The rows of every samples file of a case (one per task)."""
+    return [json.loads(line) for path in sorted((DATA / case).glob("*/samples_*.jsonl"))
+            for line in path.read_text().splitlines()]
+
+
+def lm_eval_reads(case: str, request: dict[str, Any], choice: dict[str, Any]
+                  ) -> tuple[float, bool]:
+    """What lm-eval's own parser reads from a served loglikelihood choice, with the ctxlen
+    lm-eval computes itself for that request (from the samples row it came from)."""
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+    from replay_server import tokens
+
+    tok = tokens.load_tokenizer(TOKENIZED[case])
+    bos = case == "mc_tokenized"  # that run's model_args: add_bos_token=True, max_length=15
+    max_length = 15 if bos else 2048
+    for row in all_rows(case):
+        for args in row["arguments"].values():
+            ids, ctxlen = tokens.loglikelihood_input(
+                *tokens.encode_pair(tok, args["arg_0"], args["arg_1"], add_bos_token=bos),
+                max_length=max_length)
+            if ids == request["prompt"]:
+                [(logprob, greedy)] = LocalCompletionsAPI.parse_logprobs(
+                    {"choices": [choice]}, ctxlens=[ctxlen])
+                return logprob, greedy
+    raise AssertionError("no saved row sends these ids")
+
+
+@pytest.mark.http
+@pytest.mark.parametrize("case", list(TOKENIZED))
+def test_with_the_tokenizer_every_token_id_request_gets_the_saved_answer(case: str) -> None:
+    """Every request lm-eval sent (token ids, batched), from its samples file alone, in
+    strict mode; loglikelihoods read back by lm-eval's parser as saved; and the same
+    requests sent as text (tokenized_requests=False) are answered too."""
+    saved = {}
+    for row in all_rows(case):
+        for i, args in enumerate(row["arguments"].values()):
+            if isinstance(args["arg_1"], str):
+                saved[args["arg_0"], args["arg_1"]] = row["resps"][i][0]
+    settings = Settings(strict=True, tokenizer=str(TOKENIZED[case]))
+    with serving([DATA / case], settings) as url, httpx.Client(base_url=url) as http:
+        for call in wire(case):
+            got = http.post("/completions", json=call["request"])
+            assert got.status_code == 200, got.text
+            choices = got.json()["choices"]
+            assert len(choices) == len(call["response"]["choices"])
+            if not call["request"].get("echo"):
+                assert [c["text"] for c in choices] == [
+                    c["text"] for c in call["response"]["choices"]]
+                continue
+            for prompt, choice in zip(call["request"]["prompt"], choices, strict=True):
+                logprob, greedy = lm_eval_reads(case, {"prompt": prompt}, choice)
+                assert [repr(logprob), str(greedy)] in saved.values()
+        status = http.get(url.removesuffix("/v1") + "/replay/status").json()
+    assert status["totals"]["unused_samples"] == 0
+
+
+def test_loglikelihood_answers_are_the_saved_values_exactly() -> None:
+    """Each saved (logprob, is_greedy) comes back through lm-eval's parser bit for bit."""
+    from replay_server import tokens
+
+    loaded = load([DATA / "loglikelihood_mc"], progress=False,
+                  tokenizer=str(TOKENIZED["loglikelihood_mc"]))
+    tok = loaded.ctx.tokenizer
+    from replay_server.replay import Replayer
+    from replay_server.samples import Rules
+    replayer = Replayer(loaded.index, Rules())
+    checked = 0
+    for row in rows("loglikelihood_mc"):
+        for i, args in enumerate(row["arguments"].values()):
+            ids, _ = tokens.loglikelihood_input(*tokens.encode_pair(tok, args["arg_0"],
+                                                                    args["arg_1"]))
+            for prompt in (ids, tokens.decode_like_lm_eval(tok, ids)):
+                body = replayer.handle("/v1/completions", orjson.dumps(
+                    {"model": "tiny-model", "prompt": [prompt], "echo": True, "logprobs": 1,
+                     "max_tokens": 1, "temperature": 0}))
+                choice = orjson.loads(body.body)["choices"][0]
+                logprob, greedy = lm_eval_reads("loglikelihood_mc", {"prompt": ids}, choice)
+                assert [repr(logprob), str(greedy)] == row["resps"][i][0]
+                checked += 1
+    assert checked == 6 * 4 * 2
+
+
+def test_without_the_tokenizer_loglikelihood_rows_are_skipped_saying_how_to_serve_them(
+        ) -> None:
+    loaded = load([DATA / "mc_tokenized"], progress=False)
+    assert loaded.ctx.skipped[LOGLIKELIHOOD] == 12 and "--tokenizer" in LOGLIKELIHOOD
+    assert not loaded.index.models
+
+
+def test_a_bad_tokenizer_path_is_a_load_error(tmp_path: Path) -> None:
+    with pytest.raises(LoadError, match="--tokenizer"):
+        load([DATA / "tokenized_gen"], progress=False, tokenizer=str(tmp_path / "nope"))

@@ -132,23 +132,27 @@ def test_the_fake_model_makes_the_lm_eval_cases_worth_replaying(
     assert all(len(r[0]) == 3 for r in resps) and any(len(set(r[0])) > 1 for r in resps)
 
 
-@pytest.mark.parametrize("name", ["chat_repeats", "completions_batch"])
+@pytest.mark.parametrize("name", list(CASES))
 def test_lm_eval_rescored_from_its_own_samples_scores_the_same(
         ws: Workspace, lm_eval_original: Callable[[str], Original], name: str) -> None:
+    """From the samples files alone; token-id prompts (tokenized_requests=True) and
+    loglikelihoods (multiple choice: acc and acc_norm) with the run's tokenizer."""
     original = lm_eval_original(name)
+    tokenizer = ("--tokenizer", str(ws.dir / "tokenizer")) if "tokenizer=" in \
+        CASES[name].model_args else ()
     code, output, out = rescore_lm_eval(ws, name, "from-samples", original.scores.dir,
-                                        "--require-all")
+                                        *tokenizer)
     assert code == 0, output[-3000:]
     assert "every request was answered from the saved run" in output
     assert_same_lm_eval_scores(lm_eval_runs.read_scores(out, CASES[name].task, output),
                                original.scores)
 
 
-def test_lm_eval_loglikelihood_from_samples_fails_loudly_not_with_a_score(
+def test_lm_eval_loglikelihood_from_samples_without_the_tokenizer_fails_loudly(
         ws: Workspace, lm_eval_original: Callable[[str], Original]) -> None:
-    """Samples files keep no token logprobs: only a recording can rescore this task."""
+    """Without the tokenizer, samples files cannot give the token ids: loud, no score."""
     original = lm_eval_original("loglikelihood_mc")
-    code, output, out = rescore_lm_eval(ws, "loglikelihood_mc", "from-samples",
+    code, output, out = rescore_lm_eval(ws, "loglikelihood_mc", "no-tokenizer",
                                         original.scores.dir)
     assert code != 0, output[-3000:]
     assert "skipped 6 row(s): loglikelihood request" in output  # said at start-up
@@ -174,8 +178,7 @@ def test_rewritten_answers_move_the_score_by_exactly_that_much(
         lines.append(json.dumps(saved))
     rewritten = ws.dir / "lm_eval-completions_batch-rewritten.jsonl"
     rewritten.write_text("\n".join(lines) + "\n")
-    code, output, out = rescore_lm_eval(ws, "completions_batch", "rewritten", rewritten,
-                                        "--require-all")
+    code, output, out = rescore_lm_eval(ws, "completions_batch", "rewritten", rewritten)
     assert code == 0, output[-3000:]
     replayed = lm_eval_runs.read_scores(out, "arith_gen", output)
     got = {s["arguments"]["gen_args_0"]["arg_0"]: s["exact_match"] for s in replayed.samples}

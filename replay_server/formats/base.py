@@ -46,6 +46,9 @@ class Reader(Protocol):
 class LoadContext:
     skip_bad_lines: bool = False
     max_line: int = DEFAULT_MAX_LINE
+    # The run's tokenizer (tokens.LocalTokenizer), when the user gave one (--tokenizer):
+    # lm-eval records are then keyed by token ids too, and loglikelihood rows are read.
+    tokenizer: Any = None
     on_progress: Callable[[int], None] = lambda n: None
     bad_lines: list[LoadError] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)

@@ -12,14 +12,22 @@ eos), and serves each saved text with `finish_reason` and `usage` null.
 
 - Chat (`local-chat-completions --apply_chat_template`): `arg_0` is `[json string of the
   messages]` (lm-eval's JsonChatStr), sent as `messages` exactly.
-- Completions: `arg_0` is the prompt string. A `tokenized_requests=True` run sent token ids,
-  which cannot be rebuilt without the tokenizer: its records serve the string prompt that a
-  `tokenized_requests=False` rescoring sends.
+- Completions: `arg_0` is the prompt string, which a `tokenized_requests=False` rescoring
+  sends. A `tokenized_requests=True` run (local-completions' default) sent token ids: with
+  the run's tokenizer (`--tokenizer`), each record is keyed by those ids too
+  (`tokens.encode_like_lm_eval`: special tokens with `add_bos_token`, the cut to
+  `max_length - 1 - max_gen_toks`), so either form of the request gets the saved answer.
 - `repeats: k` sends k identical n=1 requests: k one-choice records sharing one instance,
   in `resps` order, so n=1 calls get them one by one.
 - Rows repeat once per filter: each doc is read once (the repeats must agree).
-- Loglikelihood rows (and any request that is not generate_until) are skipped with a count:
-  lm-eval saves only their summed logprob, not the token logprobs a replay needs.
+- Loglikelihood rows (`arg_1` a continuation string: multiple-choice tasks) need the
+  tokenizer: with it, each (context, continuation) becomes the request lm-eval sends
+  (`prompt` = the ids of `tokens.encode_pair`, cut like lm-eval, `echo`, `logprobs: 1`,
+  `max_tokens: 1`), answered with a choice whose token logprobs lm-eval's parser sums to
+  exactly the saved logprob and whose greedy flag is the saved one
+  (`tokens.loglikelihood_choice`); the decoded text is a second form of the request
+  (`tokenized_requests=False`). Without a tokenizer they are skipped with a count, as are
+  loglikelihood_rolling and multimodal requests.
 - A null answer was saved as lm-eval's placeholder: the text
   `LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER`, or that environment variable's value when it is
   set and not empty, is unusable. Its default is "", which is indistinguishable from an
@@ -61,7 +69,14 @@ class Run:
     seed: int = 1234
     max_gen_toks: int = 256
     eos: str | None = None
+    add_bos_token: bool = False
+    max_length: int = 2048
+    custom_prefix_token_id: int | None = None
 
+
+def _flag(value: Any) -> bool:
+    """A boolean model_arg as saved: a bool, or `True`/`False` from a k=v string."""
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
 
 class LmEvalReader:
     name = "lm-eval"
@@ -106,6 +121,10 @@ def _run(path: Path, date: str, ctx: LoadContext) -> Run:
             seed=int(args.get("seed", 1234)),
             max_gen_toks=int(args.get("max_gen_toks", 256)),
             eos=eos if isinstance(eos, str) else None,
+            add_bos_token=_flag(args.get("add_bos_token")),
+            max_length=int(args.get("max_length") or 2048),
+            custom_prefix_token_id=(None if args.get("custom_prefix_token_id") in (None, "")
+                                    else int(args["custom_prefix_token_id"])),
         )
     except (TypeError, ValueError) as e:
         ctx.bad(LoadError(str(results), None, f"model_args: {e}", field="config.model_args"))
@@ -163,16 +182,23 @@ def _row(row: Any, file: str, line: int) -> tuple[list[dict[str, Any]], list[Any
     return [r for r in requests if r is not None], resps
 
 
-def _kind(args: dict[str, Any]) -> str | None:
-    """Why a request is not replayed, or None for a generate_until request we can rebuild."""
+LOGLIKELIHOOD = "loglikelihood"
+NO_TOKENIZER = ("loglikelihood request (its token logprobs are rebuilt from the saved sum with "
+                "the run's tokenizer: give --tokenizer)")
+
+
+def _kind(args: dict[str, Any], tokenizer: Any) -> str | None:
+    """LOGLIKELIHOOD, None for a generate_until request, or why a request is not
+    replayed."""
     arg_1 = args.get("arg_1")
     if isinstance(arg_1, dict):
         if len(args) > 2:
             return "multimodal generate_until request (its images are not saved)"
         return None
+    if isinstance(arg_1, str) and isinstance(args.get("arg_0"), str):
+        return LOGLIKELIHOOD if tokenizer is not None else NO_TOKENIZER
     if "arg_1" in args:
-        return ("loglikelihood request (lm-eval saves only the summed logprob, not the token "
-                "logprobs a replay needs)")
+        return "loglikelihood request of an unknown shape"
     return "loglikelihood_rolling request (lm-eval saves only the summed logprob)"
 
 
@@ -180,22 +206,74 @@ def _records(requests: list[dict[str, Any]], resps: list[Any], doc: str, run: Ru
              ctx: LoadContext, file: str, line: int) -> list[Record]:
     records: list[Record] = []
     skipped: set[str] = set()
-    for i, (args, texts) in enumerate(zip(requests, resps, strict=True)):
-        reason = _kind(args)
+    for i, (args, answers) in enumerate(zip(requests, resps, strict=True)):
+        reason = _kind(args, ctx.tokenizer)
+        instance = doc if i == 0 else f"{doc}:{i}"
+        where = f"{Path(file).name}:{line}:{i}"
+        if reason == LOGLIKELIHOOD:
+            records.append(_loglikelihood(args, answers, run, ctx.tokenizer, file, line,
+                                          instance, where, f"resps[{i}]"))
+            continue
         if reason is not None:
             skipped.add(reason)
             continue
         field = f"arguments.gen_args_{i}"
         endpoint, body = _request(args, run, file, line, field)
-        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        if not isinstance(answers, list) or not all(isinstance(t, str) for t in answers):
             raise LoadError(file, line, "expected a list of strings (one per repeat)",
                             field=f"resps[{i}]")
-        instance = doc if i == 0 else f"{doc}:{i}"
+        also = None
+        if endpoint == COMPLETION_PATH and ctx.tokenizer is not None:
+            also = [{**body, "prompt": _generation_ids(args, run, ctx.tokenizer)}]
         records += [_record(endpoint, body, text, run.model, file, line, instance,
-                            f"{Path(file).name}:{line}:{i}:{j}") for j, text in enumerate(texts)]
+                            f"{where}:{j}", also) for j, text in enumerate(answers)]
     for reason in sorted(skipped):
         ctx.skip(reason, f"{file}:{line}")
     return records
+
+
+def _generation_ids(args: dict[str, Any], run: Run, tokenizer: Any) -> list[int]:
+    """The token ids lm-eval's local-completions sends for a generate_until context."""
+    from .. import tokens
+
+    max_gen_toks = args["arg_1"].get("max_gen_toks", run.max_gen_toks)
+    return tokens.encode_like_lm_eval(tokenizer, args["arg_0"], add_bos_token=run.add_bos_token,
+                                      max_length=run.max_length, max_gen_toks=int(max_gen_toks))
+
+
+def _loglikelihood(args: dict[str, Any], answers: Any, run: Run, tokenizer: Any, file: str,
+                   line: int, instance: str, where: str, field: str) -> Record:
+    """The loglikelihood request lm-eval sends for (context, continuation), answered with
+    the saved logprob and greedy flag, shaped for lm-eval's own parser."""
+    from .. import tokens
+
+    saved = answers[0] if isinstance(answers, list) and len(answers) == 1 else None
+    try:
+        logprob, greedy = tokens.saved_loglikelihood(saved)
+    except ValueError as e:
+        raise LoadError(file, line, str(e), field=field) from None
+    request: dict[str, Any] = {"model": run.model, "prompt": [], "temperature": 0,
+                               "max_tokens": 1, "logprobs": 1, "seed": run.seed, "echo": True}
+    try:
+        context, continuation = tokens.encode_pair(
+            tokenizer, args["arg_0"], args["arg_1"], add_bos_token=run.add_bos_token,
+            custom_prefix_token_id=run.custom_prefix_token_id)
+        ids, ctxlen = tokens.loglikelihood_input(context, continuation,
+                                                 max_length=run.max_length)
+        request["prompt"] = ids
+        choice = tokens.loglikelihood_choice(ids, ctxlen, logprob, greedy, tokenizer=tokenizer)
+    except ValueError as e:  # NotRepresentable too: a saved value no response can carry
+        if not request["prompt"]:
+            raise LoadError(file, line, f"cannot tokenize this request: {e}",
+                            field=field) from None
+        return make_record(COMPLETION_PATH, run.model, request, None,
+                           {"harness": HARNESS, "instance": instance}, file, line,
+                           unusable=f"the saved loglikelihood cannot be replayed: {e}")
+    response = {"id": synthetic_id(HARNESS, where), "object": "text_completion",
+                "created": None, "model": run.model, "choices": [choice], "usage": None}
+    also = [{**request, "prompt": tokens.decode_like_lm_eval(tokenizer, ids)}]
+    return make_record(COMPLETION_PATH, run.model, request, response,
+                       {"harness": HARNESS, "instance": instance}, file, line, also=also)
 
 
 def _request(args: dict[str, Any], run: Run, file: str, line: int,
@@ -248,7 +326,8 @@ def _sampling(gen_kwargs: dict[str, Any], run: Run, chat: bool, file: str, line:
 
 
 def _record(endpoint: str, request: dict[str, Any], text: str, model: str, file: str,
-            line: int, instance: str, where: str) -> Record:
+            line: int, instance: str, where: str,
+            also: list[dict[str, Any]] | None = None) -> Record:
     unusable = None
     response: dict[str, Any] | None = None
     if _is_placeholder(text):
@@ -257,7 +336,8 @@ def _record(endpoint: str, request: dict[str, Any], text: str, model: str, file:
     else:
         response = text_response(endpoint, [text], id=synthetic_id(HARNESS, where), model=model)
     return make_record(endpoint, model, request, response,
-                       {"harness": HARNESS, "instance": instance}, file, line, unusable=unusable)
+                       {"harness": HARNESS, "instance": instance}, file, line, unusable=unusable,
+                       also=also)
 
 
 def _is_placeholder(text: str) -> bool:

@@ -39,6 +39,11 @@ CASES = {
     "completions_batch": Case("local-completions", "arith_gen",
                               "tokenizer=../tokenizer,tokenizer_backend=huggingface,"
                               "tokenized_requests=False", ("--batch_size", "4")),
+    # local-completions' default, tokenized_requests=True: token ids on the wire, text in
+    # the samples file (rescored from it with the tokenizer)
+    "completions_tokenized": Case("local-completions", "arith_gen",
+                                  "tokenizer=../tokenizer,tokenizer_backend=huggingface",
+                                  ("--batch_size", "4")),
     "loglikelihood_mc": Case("local-completions", "arith_mc",
                              "tokenizer=../tokenizer,tokenizer_backend=huggingface",
                              ("--batch_size", "2")),
