@@ -138,6 +138,32 @@ def _text_diff(asked: str, saved: str, place: str, group_place: str | None = Non
                       _excerpt(saved, at), group_place)
 
 
+_LEADING = ("system", "developer")
+
+
+def system_variants(asked: dict[str, Any], near: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request with its leading system message as the nearest saved prompt has it
+    (added, left out, or replaced): where one of these is saved, it is the same document."""
+    a, s = asked.get("messages"), near.get("messages")
+    if not (isinstance(a, list) and isinstance(s, list) and a and s):
+        return []
+
+    def lead(messages: list[Any]) -> Any:
+        first = messages[0]
+        return first if isinstance(first, dict) and first.get("role") in _LEADING else None
+
+    mine, theirs = lead(a), lead(s)
+    if mine == theirs:
+        return []
+    if mine is None:
+        variant = [theirs, *a]
+    elif theirs is None:
+        variant = a[1:]
+    else:
+        variant = [theirs, *a[1:]]
+    return [{**asked, "messages": variant}] if variant else []
+
+
 def first_difference(asked: dict[str, Any], saved: dict[str, Any]) -> Difference:
     """Where `asked` first differs from `saved` (keyed prompts, `keys.chat_prompt` or
     `keys.completion_prompt`)."""

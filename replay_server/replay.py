@@ -18,9 +18,9 @@ from urllib.parse import quote
 
 import orjson
 
-from . import keys, protocol, replies
+from . import keys, nearest, protocol, replies
 from .errors import NoMatch, ReplayError, ReplayServerError
-from .index import Entry, Exchange, Index, ModelRun, Selection
+from .index import Entry, Exchange, Index, ModelRun, Selection, entry_of
 from .nearest import first_difference
 from .records import CHAT_PATH
 from .samples import Rules, choose
@@ -129,7 +129,7 @@ class Replayer:
         if found is None:
             message += f" Model `{model}` has no saved prompt for this endpoint."
         else:
-            saved, where = found
+            saved, where = self._same_doc(model, prompt, found[0]) or found
             difference = first_difference(prompt, saved)
             detail = {"nearest": where, "difference": difference.describe(),
                       "difference_quoted": difference.describe(quote=True),
@@ -142,6 +142,20 @@ class Replayer:
         error = NoMatch(message, param=what)
         error.detail = detail
         return error
+
+    def _same_doc(self, model: str, asked: dict[str, Any], near: dict[str, Any]
+                  ) -> tuple[dict[str, Any], str] | None:
+        """The saved prompt that is the request but for its leading system message (added,
+        left out or reworded: the commonest template drift), when there is one. The nearest
+        prompt by prefix is then another document that happens to share the system text;
+        this one is the same document, so the miss says what really differs."""
+        for variant in nearest.system_variants(asked, near):
+            value = self.index.select(model).entries.get(keys.key_of(variant))
+            if value is not None:
+                entry = entry_of(value)
+                instance = (entry.instances or entry.unusable)[0]
+                return variant, instance.where
+        return None
 
     def models_body(self) -> bytes:
         return orjson.dumps(protocol.models_body(sorted(self.index.models), int(self.started)))

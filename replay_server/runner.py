@@ -9,6 +9,7 @@ COMMAND ends the report says what was served, what got no saved generation and w
 asked for.
 
 Exit status, the first that applies:
+- 2: the saved run cannot be loaded (a bad file, FILE:LINE), or a bad option;
 - COMMAND's own, when it fails;
 - MISSED (3): a request got no saved generation: a replay error, or any other error
   answer to a POST or a /v1 route (a malformed request, an unknown model, a body too
@@ -168,9 +169,10 @@ def verdict(replayer: Replayer, allow_unused: bool) -> tuple[int, str]:
                              "from OPENAI_BASE_URL): failing")
     unused = sum(stats.unused(m) for m in replayer.index.models)
     if unused and not allow_unused:
-        return UNUSED, (f"{unused} saved sample(s) were never asked for (the harness rescored "
-                        "less than was saved; --allow-unused accepts a deliberate subset): "
-                        "failing")
+        return UNUSED, (f"{unused} saved sample(s) were never asked for: the harness asked "
+                        "for less than was saved (fewer docs or repeats, or a harness cache "
+                        "answered part of the run; --allow-unused accepts a deliberate "
+                        "subset): failing")
     return 0, "every request was answered from the saved run" + (
         f" ({unused} saved sample(s) never asked for, allowed)" if unused else "")
 

@@ -186,13 +186,24 @@ def test_duplicate_indexes_are_read_once_and_conflicting_ones_refused(tmp_path: 
     assert loaded.ctx.skipped == {DUPLICATE: 2}
     assert loaded.index.models["tiny-model"].records == 6
 
-    def rerun(saved: Lines) -> Lines:
+    def rerun(saved: Lines) -> Lines:  # what evalscope appends when rerun into one folder
         again = json.loads(json.dumps(saved[0]))
         again["model_output"]["id"] = "chatcmpl-rerun"
+        for message in again["messages"][:-1]:
+            message["id"] = "another-random-id"
         return [*saved, again]
 
     run = edited(tmp_path / "rerun", "plain", rerun)
-    with pytest.raises(LoadError) as error:
+    assert load([run], progress=False).ctx.skipped == {DUPLICATE: 1}
+
+    def rerun_with_another_answer(saved: Lines) -> Lines:
+        again = rerun(saved)
+        again[-1]["model_output"]["choices"][0]["message"]["content"] = "Something else."
+        again[-1]["messages"][-1]["content"] = "Something else."
+        return again
+
+    run = edited(tmp_path / "other", "plain", rerun_with_another_answer)
+    with pytest.raises(LoadError, match="another prompt or answer") as error:
         load([run], progress=False)
     assert (error.value.file, error.value.line, error.value.field) == \
         (str(predictions(run)), 7, "index")

@@ -268,3 +268,29 @@ def test_a_record_is_answered_in_every_form_saved_with_it_and_used_once() -> Non
     assert r.stats.unused(MODEL) == 0 and r.index.models[MODEL].samples == 1
     with pytest.raises(errors.NoMatch):
         r.handle(COMPLETION_PATH, orjson.dumps({"model": MODEL, "prompt": [17, 10, 17]}))
+
+
+@pytest.mark.parametrize("system, difference", [
+    (None, "message 0 (system): missing in the request"),
+    ("Be very brief.", "message 0 (system), character 3: the text differs")])
+def test_a_drifted_system_prompt_is_compared_with_the_same_document(
+        system: str | None, difference: str) -> None:
+    """The nearest prompt by prefix would be another document sharing the system text;
+    the miss names the request's own document and what really differs."""
+    saved = [chat_record([{"role": "system", "content": "Be brief."}, *user(f"Q{i}?")],
+                         chat_response(f"A{i}"), line=i, instance=f"doc{i}") for i in range(9)]
+    asked = ([{"role": "system", "content": system}] if system else []) + user("Q4?")
+    with pytest.raises(errors.NoMatch) as e:
+        replayer(saved).handle(CHAT_PATH, orjson.dumps({"model": MODEL, "messages": asked}))
+    assert e.value.detail["nearest"] == "saved.jsonl:4 (doc4)"
+    assert e.value.detail["difference"] == difference
+
+
+def test_a_system_prompt_the_saved_run_did_not_have_is_named() -> None:
+    saved = [chat_record(f"Q{i}?", chat_response(f"A{i}"), line=i, instance=f"doc{i}")
+             for i in range(9)]
+    asked = [{"role": "system", "content": "Be brief."}, *user("Q4?")]
+    with pytest.raises(errors.NoMatch) as e:
+        replayer(saved).handle(CHAT_PATH, orjson.dumps({"model": MODEL, "messages": asked}))
+    assert e.value.detail["nearest"] == "saved.jsonl:4 (doc4)"
+    assert e.value.detail["difference"] == "message 0 (system): not in the saved prompt"

@@ -178,8 +178,6 @@ class _Predictions:
                 or messages[-1].get("role") != "assistant"):
             raise self.fail(line, "messages", "expected the prompt messages then the answer "
                             "(an assistant message)")
-        if self._duplicate(line, index, obj):
-            return None
         where = f"{self.file}:{line}"
         reason = self.config.refused or (AGENT if obj.get("agent_trace") is not None else None)
         built = None if reason else _wire_messages(messages[:-1])
@@ -195,23 +193,30 @@ class _Predictions:
         if skip is not None:
             self.ctx.skip(skip, where)
             return None
+        if self._duplicate(line, index, request, response, unusable):
+            return None
         group = index // self.config.repeats
         source = {"harness": HARNESS, "instance": f"{self.path.stem}:{group}", "index": index}
         return index, make_record(CHAT_PATH, model, request, response, source, self.file, line,
                                   unusable=unusable)
 
-    def _duplicate(self, line: int, index: int, obj: dict[str, Any]) -> bool:
-        """Whether this index was read already, with the same content (else an error)."""
-        digest = hashlib.blake2b(orjson.dumps([obj.get("messages"), obj.get("model_output")],
-                                              option=orjson.OPT_SORT_KEYS),
+    def _duplicate(self, line: int, index: int, request: dict[str, Any],
+                   response: dict[str, Any] | None, unusable: str | None) -> bool:
+        """Whether this index was read already with the same request and answer (a rerun
+        appended to the file: read once; message ids, timings and the response id of a
+        rerun differ and do not count), else an error if the answer differs."""
+        choices = [{k: v for k, v in c.items() if k != "index"}
+                   for c in (response or {}).get("choices", [])]
+        same = [request, choices, unusable]
+        digest = hashlib.blake2b(orjson.dumps(same, option=orjson.OPT_SORT_KEYS),
                                  digest_size=16).digest()
         first = self.seen.setdefault(index, (line, digest))
         if first[0] == line:
             return False
         if first[1] != digest:
             raise self.fail(line, "index", f"index {index} is already at line {first[0]} "
-                            "with another prompt or answer (a rerun appended to the file? keep "
-                            "one run's lines)")
+                            "with another prompt or answer: two runs appended to one "
+                            "predictions file? keep one run's lines")
         self.ctx.skip(DUPLICATE, f"{self.file}:{line}")
         return True
 
