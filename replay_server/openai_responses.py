@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from .keys import IGNORED, KEY, STRICT, Field, drop_nulls, number, verbatim
+from .sse import line_end
 
 RESPONSES_PATH = "/v1/responses"
 
@@ -123,7 +124,7 @@ class ResponsesStreamAggregator:
         buffer = self._buffer + data
         start = 0
         while True:
-            end = _line_end(buffer, start)
+            end = line_end(buffer, start)
             if end is None:
                 break
             self._line(buffer[start:end])
@@ -188,17 +189,6 @@ class ResponsesStreamAggregator:
 
     def aggregated(self) -> Aggregated:
         return Aggregated(self.result(), self.events, self.frames)
-
-
-def _line_end(buffer: bytes, start: int) -> int | None:
-    """Where the line of `buffer` that starts at `start` ends (after its CRLF, LF or CR), or
-    None while it is incomplete (a CR at the very end may be the first half of a CRLF)."""
-    lf, cr = buffer.find(b"\n", start), buffer.find(b"\r", start)
-    if cr == -1 or (lf != -1 and lf < cr):
-        return None if lf == -1 else lf + 1
-    if cr + 1 == len(buffer):
-        return None
-    return cr + 2 if buffer[cr + 1:cr + 2] == b"\n" else cr + 1
 
 
 def _brief(value: Any) -> str:

@@ -17,6 +17,7 @@ from .errors import LoadError
 from .index import Index, prompt_of
 from .listen import bind, run_uvicorn, sigterm_as_interrupt
 from .loader import load, report_lines
+from .openai_responses import RESPONSES_PATH
 from .recorder import Recorder, RecordWriter, create_record_app
 from .records import CHAT_PATH
 from .settings import Settings
@@ -58,6 +59,8 @@ def snippet_lines(opened: Opened, base_url: str) -> list[str]:
         body: dict[str, Any] = {"model": model}
         if endpoint == CHAT_PATH:
             body["messages"] = prompt["messages"]
+        elif endpoint == RESPONSES_PATH:
+            body.update((k, v) for k, v in prompt.items() if k not in ("v", "kind"))
         else:
             body["prompt"] = prompt["prompt"]
         data = orjson.dumps(body).decode()

@@ -97,7 +97,7 @@ def test_streamed_runs_replay_streamed() -> None:
                     content += choice.delta.content or ""
                     reasoning += getattr(choice.delta, "reasoning", None) or ""
                     names += [t.function.name for t in choice.delta.tool_calls or []
-                              if t.function]
+                              if t.function and t.function.name]
             want = message(call["response"]["choices"][0])
             assert (content or None, reasoning or None) == (want["content"], want["reasoning"])
             assert names == [c["function"]["name"] for c in want["tool_calls"]]

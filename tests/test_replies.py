@@ -71,9 +71,10 @@ def test_chat_stream_framing() -> None:
     assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
     assert {c["id"] for c in chunks} == {body["id"]}
     deltas = [c["choices"][0]["delta"] for c in chunks[:-1]]
-    assert deltas == [{"role": "assistant", "content": ""}, {"reasoning": "2+2=4"},
-                      {"content": "4"}, {}]
-    assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]] == [None, None, None, "stop"]
+    assert deltas == [{"role": "assistant", "content": ""}, {"reasoning": "2"},
+                      {"reasoning": "+"}, {"reasoning": "2"}, {"reasoning": "="},
+                      {"reasoning": "4"}, {"content": "4"}, {}]
+    assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]] == [None] * 7 + ["stop"]
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == body["usage"]
 
 
@@ -98,7 +99,10 @@ def test_tool_calls_stream_as_indexed_deltas() -> None:
     body = chat_response(None, tool_calls=[call], finish="tool_calls")
     got = frames(CHAT_PATH, body, include_usage=False)[:-1]
     deltas = [c["choices"][0]["delta"] for c in got]
-    assert {"tool_calls": [{**call, "index": 0}]} in deltas
+    first = {**call, "index": 0, "function": {"name": "add", "arguments": "{"}}
+    assert {"tool_calls": [first]} in deltas
+    pieces = [d["tool_calls"][0]["function"]["arguments"] for d in deltas if "tool_calls" in d]
+    assert pieces == ["{", '"', "a", '"', ":", " 1", "}"]
     assert got[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
