@@ -725,3 +725,12 @@ def sampling_params(request: dict[str, Any]) -> dict[str, Any]:
     return {k: number(v) for k, v in request.items()
             if k not in _NOT_STRICT and v is not None
             and not (k in FIELDS_BY_NAME and v in FIELDS_BY_NAME[k].unset)}
+
+
+def markdown_table() -> str:
+    """The README's table of Responses request fields, generated from FIELDS (and tested)."""
+    rows = ["| field | role | why |", "| --- | --- | --- |"]
+    rows += [f"| `{f.name}` | {f.role} | {f.reason}"
+             + (f" (unset: `{orjson.dumps(f.unset[0]).decode()}`)" if f.unset else "") + " |"
+             for f in FIELDS]
+    return "\n".join(rows)

@@ -252,3 +252,23 @@ def test_the_index_file_serves_responses_and_their_chains(
     assert stream.content == "".join(next(
         orjson.loads(line) for line in out.read_bytes().splitlines()
         if b"5 + 8" in line)["stream"]).encode()
+
+
+def test_openai_batch_files_of_the_responses_api_are_read(tmp_path: Path) -> None:
+    body = saved("Hello there.")
+    write_jsonl(tmp_path / "in.jsonl", [{"custom_id": "a", "method": "POST",
+                                         "url": RESPONSES_PATH, "body": body["request"]}])
+    write_jsonl(tmp_path / "out.jsonl", [{"id": "b1", "custom_id": "a", "error": None,
+                                          "response": {"status_code": 200,
+                                                       "body": body["response"]}}])
+    with serving([tmp_path]) as url:
+        got = httpx.post(url + "/responses", json=body["request"])
+    assert got.json() == body["response"]
+
+
+def test_the_readme_lists_every_responses_field_as_the_code_classifies_it() -> None:
+    from replay_server import keys
+    from replay_server import openai_responses as R
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert R.markdown_table() in readme and keys.markdown_table() in readme
