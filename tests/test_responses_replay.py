@@ -272,3 +272,27 @@ def test_the_readme_lists_every_responses_field_as_the_code_classifies_it() -> N
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert R.markdown_table() in readme and keys.markdown_table() in readme
+
+
+def test_convert_and_the_index_file_keep_frames_and_batch_usage(
+        recorded: tuple[str, Recorder, Path], tmp_path: Path) -> None:
+    from replay_server import index_file
+    from replay_server.convert import convert_paths
+
+    url, _, out = recorded
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "What is 1 + 1?"}],
+            "stream": True}
+    batch = {"model": MODEL, "prompt": ["What is 1 + 1?", "What is 2 + 1?"], "max_tokens": 8}
+    responses = {"model": MODEL, "input": "What is 3 + 3?", "stream": True}
+    sent = [httpx.post(url + "/chat/completions", json=chat).content,
+            httpx.post(url + "/completions", json=batch).content,
+            httpx.post(url + "/responses", json=responses).content]
+    converted = tmp_path / "converted.jsonl"
+    convert_paths([out], converted, progress=False)
+    idx = tmp_path / "run.idx"
+    index_file.write(load([converted], progress=False), idx)
+    for saved in (converted, idx):
+        with serving([saved]) as replay_url:
+            assert [httpx.post(replay_url + "/chat/completions", json=chat).content,
+                    httpx.post(replay_url + "/completions", json=batch).content,
+                    httpx.post(replay_url + "/responses", json=responses).content] == sent
