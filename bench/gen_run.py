@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from replay_server import replies
+from replay_server import streams
 from replay_server.aggregate import StreamAggregator
 
 MODEL = "bench/model"
@@ -80,7 +80,7 @@ def recorded_stream_record(i: int, rng: random.Random) -> dict[str, object]:
     record = chat_record(i, rng)
     response = record["response"]
     assert isinstance(response, dict)
-    frames = list(replies.chunks("/v1/chat/completions", {**response, "usage": None}, False))
+    frames = list(streams.chunks("/v1/chat/completions", {**response, "usage": None}, False))
     aggregator = StreamAggregator(True)
     aggregator.feed(b"".join(frames))
     return {**record, "response": aggregator.result(),

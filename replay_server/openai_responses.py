@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -304,32 +304,88 @@ def events_for(response: dict[str, Any], *, terminal_by_status: bool = False) ->
     does (openai-python's `get_final_response()` then raises: it wants
     `response.completed`). Ids are the saved ones; an item without an id (a
     `function_call` may have none) gets `item_<output_index>` in its events only.
+
+    A run of deltas of one part is encoded once, as a template split where the sequence
+    number and the text go: the bytes are those of encoding each event whole.
     """
-    return [frame(e) for e in event_payloads(response, terminal_by_status=terminal_by_status)]
+    frames: list[bytes] = []
+    for event in _sequenced(response, terminal_by_status):
+        if isinstance(event, dict):
+            frames.append(frame(event))
+        else:
+            frames.extend(_run_frames(*event))
+    return frames
 
 
 def event_payloads(response: dict[str, Any], *, terminal_by_status: bool = False
                    ) -> list[dict[str, Any]]:
     """The event payloads of `events_for`, in order, sequence numbers set."""
     events: list[dict[str, Any]] = []
+    for event in _sequenced(response, terminal_by_status):
+        if isinstance(event, dict):
+            events.append(event)
+        else:
+            run, first = event
+            events += [{"type": run.kind, "sequence_number": first + n,
+                        **{k: (text if v is _MARK else v) for k, v in run.fields.items()}}
+                       for n, text in enumerate(run.texts)]
+    return events
 
-    def emit(kind: str, **fields: Any) -> None:
-        events.append({"type": kind, "sequence_number": len(events), **fields})
+
+class _Run(NamedTuple):
+    """Delta events of one part that differ only in their text (one per `texts` item):
+    `fields` are the event's fields with `_MARK` where the text goes."""
+
+    kind: str
+    fields: dict[str, Any]
+    texts: list[str]
+
+
+_MARK = "\x00\x01replay-mark\x01\x00"  # stands for a value in a template
+_MARK_JSON = orjson.dumps(_MARK)
+
+
+def _sequenced(response: dict[str, Any], terminal_by_status: bool
+               ) -> Iterator[dict[str, Any] | tuple[_Run, int]]:
+    """The events in order with their sequence numbers: payloads, and runs of deltas with
+    the sequence number of their first."""
+    number = 0
+
+    def event(kind: str, fields: dict[str, Any]) -> dict[str, Any]:
+        nonlocal number
+        number += 1
+        return {"type": kind, "sequence_number": number - 1, **fields}
 
     start = {**response, "status": "in_progress", "output": [], "usage": None}
     for name in ("incomplete_details", "completed_at", "error"):
         if name in start:
             start[name] = None
-    emit("response.created", response=start)
-    emit("response.in_progress", response=start)
+    yield event("response.created", {"response": start})
+    yield event("response.in_progress", {"response": start})
     for index, item in enumerate(response.get("output") or []):
-        for kind, fields in _item_events(index, item):
-            emit(kind, **fields)
+        for step in _item_events(index, item):
+            if isinstance(step, _Run):
+                yield step, number
+                number += len(step.texts)
+            else:
+                yield event(*step)
     status = response.get("status")
     last = _TERMINAL_BY_STATUS.get(status, "response.completed") if (
         terminal_by_status and isinstance(status, str)) else "response.completed"
-    emit(last, response=response)
-    return events
+    yield event(last, {"response": response})
+
+
+def _run_frames(run: _Run, first: int) -> list[bytes]:
+    template = frame({"type": run.kind, "sequence_number": _MARK, **run.fields})
+    parts = template.split(_MARK_JSON)
+    if len(parts) != 3:  # a saved value holds the mark itself (never, in practice)
+        return [frame({"type": run.kind, "sequence_number": first + n,
+                       **{k: (text if v is _MARK else v) for k, v in run.fields.items()}})
+                for n, text in enumerate(run.texts)]
+    head, middle, tail = parts
+    dumps = orjson.dumps
+    return [head + str(first + n).encode() + middle + dumps(text) + tail
+            for n, text in enumerate(run.texts)]
 
 
 def _skeleton(item: dict[str, Any]) -> dict[str, Any]:
@@ -348,7 +404,7 @@ def _skeleton(item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-Event = tuple[str, dict[str, Any]]
+Event = tuple[str, dict[str, Any]] | _Run
 
 
 def _item_events(index: int, item: Any) -> Iterator[Event]:
@@ -364,8 +420,7 @@ def _item_events(index: int, item: Any) -> Iterator[Event]:
         name, prefix = _STREAMED_FIELD[kind]
         value = item.get(name)
         if isinstance(value, str):
-            for piece in split_deltas(value):
-                yield f"{prefix}.delta", {**at, "delta": piece}
+            yield _Run(f"{prefix}.delta", {**at, "delta": _MARK}, split_deltas(value))
             yield f"{prefix}.done", {**at, name: value}
     summary = item.get("summary")
     if kind == "reasoning" and isinstance(summary, list):
@@ -386,8 +441,8 @@ def _summary_events(at: dict[str, Any], sub: int, part: Any) -> Iterator[Event]:
         yield "response.reasoning_summary_part.done", {**where, "part": part}
         return
     yield "response.reasoning_summary_part.added", {**where, "part": {**part, "text": ""}}
-    for piece in split_deltas(text):
-        yield "response.reasoning_summary_text.delta", {**where, "delta": piece}
+    yield _Run("response.reasoning_summary_text.delta", {**where, "delta": _MARK},
+               split_deltas(text))
     yield "response.reasoning_summary_text.done", {**where, "text": text}
     yield "response.reasoning_summary_part.done", {**where, "part": part}
 
@@ -413,16 +468,15 @@ def _part_events(at: dict[str, Any], sub: int, part: Any) -> Iterator[Event]:
             for token in tokens:
                 yield f"{prefix}.delta", {**where, "delta": token["token"], "logprobs": [token]}
         else:
-            for piece in split_deltas(text):
-                yield f"{prefix}.delta", {**where, "delta": piece, "logprobs": []}
+            yield _Run(f"{prefix}.delta", {**where, "delta": _MARK, "logprobs": []},
+                       split_deltas(text))
         for n, annotation in enumerate(part.get("annotations") or []):
             yield "response.output_text.annotation.added", {
                 **where, "annotation_index": n, "annotation": annotation}
         done_logprobs = logprobs if isinstance(logprobs, list) else []
         yield f"{prefix}.done", {**where, "text": text, "logprobs": done_logprobs}
     else:
-        for piece in split_deltas(text):
-            yield f"{prefix}.delta", {**where, "delta": piece}
+        yield _Run(f"{prefix}.delta", {**where, "delta": _MARK}, split_deltas(text))
         yield f"{prefix}.done", {**where, name: text}
     yield "response.content_part.done", {**where, "part": part}
 

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import orjson
 
-from . import keys, protocol, replies
+from . import keys, protocol, replies, streams
 from .errors import Ambiguous, NoMatch, NotFound, ReplayError, ReplayServerError
 from .index import Entry, Exchange, Index, ModelRun, Selection
 from .nearest import first_difference
@@ -85,7 +85,7 @@ class Replayer:
         # Every event is known at once: one write of all of them (chunked, no length),
         # rather than one per event, which only costs time.
         return Reply(SSE_HEADERS + headers,
-                     replies.stream(endpoint, selections, request.include_usage))
+                     streams.stream(endpoint, selections, request.include_usage))
 
     def _key_responses(self, run: ModelRun, request: protocol.ReplayRequest) -> None:
         """Key a Responses request; `previous_response_id` by the conversation that the
@@ -154,7 +154,7 @@ class Replayer:
         headers = [(SOURCE_HEADER, _header_value(exchange.where))]
         if stream:
             return Reply(SSE_HEADERS + headers,
-                         replies.stream(RESPONSES_PATH, [[(exchange, None)]], False))
+                         streams.stream(RESPONSES_PATH, [[(exchange, None)]], False))
         body = exchange.body
         return Reply(JSON_HEADERS + [(b"content-length", str(len(body)).encode())] + headers,
                      body)

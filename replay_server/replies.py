@@ -13,26 +13,16 @@ byte. Otherwise the body is assembled from the saved exchanges: the first one's 
   batch (the same prompts, in the same order, from one recorded exchange); else the
   parts' counts summed, when every part has them; else null.
 
-Streams: a recorded stream is sent again as its saved frames, byte for byte (for chat and
-completions, with its usage chunk dropped or added when the request's
-`stream_options.include_usage` differs from the recording's); any other answer (an
-import, a non-streamed recording, an answer assembled from several samples) is streamed in
-small deltas (`openai_responses.split_deltas`: a word, or one other character, with the
-whitespace before it; logprobs that spell out the text give one delta per token), never as
-one delta.
+Streams are made in `streams.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
-from .index import Exchange, Selection
-from .openai_responses import RESPONSES_PATH, events_for, split_deltas
-from .records import CHAT_PATH
-from .sse import Frames
+from .index import Selection
 
 _COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
@@ -115,180 +105,3 @@ def encode(selections: list[Selection]) -> bytes:
     if len(selections) == 1 and len(selections[0]) == 1 and selections[0][0][1] is None:
         return selections[0][0][0].body
     return orjson.dumps(body(selections))
-
-
-def _frame(chunk: dict[str, Any]) -> bytes:
-    return b"data: " + orjson.dumps(chunk) + b"\n\n"
-
-
-DONE = b"data: [DONE]\n\n"
-_ENVELOPE = ("id", "created", "model", "system_fingerprint")
-_REASONING = ("reasoning", "reasoning_content")
-
-
-def _whole(selections: list[Selection]) -> Exchange | None:
-    """The one saved exchange that answers the request whole, if that is the case."""
-    if len(selections) == 1 and len(selections[0]) == 1 and selections[0][0][1] is None:
-        return selections[0][0][0]
-    return None
-
-
-def stream(endpoint: str, selections: list[Selection], include_usage: bool) -> bytes:
-    """The whole SSE stream for a request: the recorded frames when one recorded stream
-    answers it whole, else frames made from the body in small deltas."""
-    whole = _whole(selections)
-    if endpoint == RESPONSES_PATH:
-        assert whole is not None  # one sample per request: always one whole exchange
-        frames = whole.frames
-        return frames if frames is not None else b"".join(events_for(orjson.loads(whole.body)))
-    if whole is not None and whole.stream is not None:
-        frames = whole.frames
-        assert frames is not None
-        if whole.stream[2] == include_usage:
-            return frames
-        return _with_usage(endpoint, frames, whole, include_usage)
-    return b"".join(chunks(endpoint, body(selections), include_usage))
-
-
-def _with_usage(endpoint: str, frames: bytes, exchange: Exchange, include_usage: bool
-                ) -> bytes:
-    """Recorded frames, with the usage chunk dropped (not asked for) or added before
-    `[DONE]` (asked for, but the recording had none: the saved usage, null)."""
-    split = Frames()
-    split.feed(frames)
-    split.finish()
-    kept = [f for f in split.frames if not _is_usage_chunk(f)]
-    if not include_usage:
-        return b"".join(kept)
-    saved = orjson.loads(exchange.body)
-    kind = "chat.completion.chunk" if endpoint == CHAT_PATH else "text_completion"
-    envelope = {"id": saved.get("id"), "object": kind}
-    envelope.update((k, saved[k]) for k in _ENVELOPE[1:] if k in saved)
-    usage = _frame({**envelope, "choices": [], "usage": saved.get("usage")})
-    at = next((i for i, f in enumerate(kept) if b"[DONE]" in f), len(kept))
-    return b"".join(kept[:at] + [usage] + kept[at:])
-
-
-def _is_usage_chunk(frame: bytes) -> bool:
-    for line in frame.splitlines():
-        if line.startswith(b"data:") and b'"usage"' in line:
-            try:
-                chunk = orjson.loads(line[5:].strip())
-            except orjson.JSONDecodeError:
-                return False
-            return isinstance(chunk, dict) and chunk.get("choices") == [] and \
-                chunk.get("usage") is not None
-    return False
-
-
-def _token_pieces(text: str, tokens: Any) -> list[int] | None:
-    """How many logprob entries go with each delta when the saved logprob tokens spell out
-    `text` exactly (one token per delta), else None."""
-    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
-        return None
-    return [1] * len(tokens) if "".join(tokens) == text else None
-
-
-def _chat_content(content: str, logprobs: Any) -> Iterator[dict[str, Any]]:
-    entries = logprobs.get("content") if isinstance(logprobs, dict) else None
-    tokens = [e.get("token") for e in entries] if isinstance(entries, list) and all(
-        isinstance(e, dict) for e in entries) else None
-    if tokens is not None and _token_pieces(content, tokens) is not None:
-        assert isinstance(entries, list) and isinstance(logprobs, dict)
-        for n, entry in enumerate(entries):  # the other lists (refusal) go with the first
-            yield {"delta": {"content": entry["token"]},
-                   "logprobs": {**logprobs, "content": [entry]} if n == 0 else {"content": [entry]}}
-        return
-    for n, piece in enumerate(split_deltas(content)):
-        yield {"delta": {"content": piece}, "logprobs": logprobs if n == 0 else None}
-
-
-def _tool_call_deltas(calls: list[Any]) -> Iterator[dict[str, Any]]:
-    for i, call in enumerate(calls):
-        function = call.get("function") if isinstance(call, dict) else None
-        arguments = function.get("arguments") if isinstance(function, dict) else None
-        if not isinstance(arguments, str) or not isinstance(function, dict):
-            yield {"delta": {"tool_calls": [{**call, "index": i}]}}
-            continue
-        pieces = split_deltas(arguments) or [""]
-        first = {**call, "index": i, "function": {**function, "arguments": pieces[0]}}
-        yield {"delta": {"tool_calls": [first]}}
-        for piece in pieces[1:]:
-            yield {"delta": {"tool_calls": [{"index": i, "function": {"arguments": piece}}]}}
-
-
-def _chat_deltas(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    message = choice.get("message") or {}
-    yield {"delta": {"role": message.get("role") or "assistant", "content": ""}}
-    for name in _REASONING:
-        if message.get(name):
-            for piece in split_deltas(message[name]):
-                yield {"delta": {name: piece}}
-    content = message.get("content")
-    if content and isinstance(content, str):
-        yield from _chat_content(content, choice.get("logprobs"))
-    elif content:
-        yield {"delta": {"content": content}, "logprobs": choice.get("logprobs")}
-    elif choice.get("logprobs") is not None:
-        yield {"delta": {}, "logprobs": choice.get("logprobs")}
-    if message.get("refusal"):
-        for piece in split_deltas(message["refusal"]):
-            yield {"delta": {"refusal": piece}}
-    elif message.get("refusal") is not None:
-        yield {"delta": {"refusal": message["refusal"]}}
-    if message.get("function_call") is not None:
-        yield {"delta": {"function_call": message["function_call"]}}
-    calls = message.get("tool_calls")
-    if calls:
-        yield from _tool_call_deltas(calls)
-
-
-_LOGPROB_LISTS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
-
-
-def _completion_deltas(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    text = choice.get("text") or ""
-    logprobs = choice.get("logprobs")
-    tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
-    lists_fit = isinstance(logprobs, dict) and all(
-        isinstance(logprobs.get(k), list) and len(logprobs[k]) == len(tokens or [])
-        for k in _LOGPROB_LISTS if k in logprobs)
-    if lists_fit and _token_pieces(text, tokens) is not None:
-        assert isinstance(logprobs, dict) and isinstance(tokens, list)
-        for i in range(len(tokens)):
-            sliced = {k: (v[i:i + 1] if k in _LOGPROB_LISTS else v) for k, v in logprobs.items()}
-            yield {"text": tokens[i], "logprobs": sliced}
-        return
-    pieces = split_deltas(text) or [""]
-    for n, piece in enumerate(pieces):
-        yield {"text": piece, "logprobs": logprobs if n == 0 else None}
-
-
-def chunks(endpoint: str, response: dict[str, Any], include_usage: bool) -> Iterator[bytes]:
-    """SSE frames for a response body, framed like vLLM/OpenAI, in small deltas.
-
-    Chat, per choice: a role chunk, reasoning deltas, content deltas (with their
-    logprobs), refusal, tool-call deltas (the call, then its arguments piece by piece),
-    then a chunk with `finish_reason`; completions, per choice: the text piece by piece,
-    then the finish. With `include_usage`, a last chunk with no choices carries `usage`;
-    then `[DONE]`.
-    """
-    chat = endpoint == CHAT_PATH
-    kind = "chat.completion.chunk" if chat else "text_completion"
-    envelope = {"id": response.get("id"), "object": kind}
-    envelope.update((k, response[k]) for k in _ENVELOPE[1:] if k in response)
-    deltas = _chat_deltas if chat else _completion_deltas
-    blank: dict[str, Any] = {"delta": {}} if chat else {"text": ""}
-    for choice in response["choices"]:
-        index = choice["index"]
-        for delta in deltas(choice):
-            part = {"index": index, "logprobs": None, **delta, "finish_reason": None}
-            yield _frame({**envelope, "choices": [part]})
-        finish = {"index": index, **blank, "logprobs": None,
-                  "finish_reason": choice.get("finish_reason")}
-        if "stop_reason" in choice:
-            finish["stop_reason"] = choice["stop_reason"]
-        yield _frame({**envelope, "choices": [finish]})
-    if include_usage:
-        yield _frame({**envelope, "choices": [], "usage": response.get("usage")})
-    yield DONE
