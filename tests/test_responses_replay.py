@@ -296,3 +296,33 @@ def test_convert_and_the_index_file_keep_frames_and_batch_usage(
             assert [httpx.post(replay_url + "/chat/completions", json=chat).content,
                     httpx.post(replay_url + "/completions", json=batch).content,
                     httpx.post(replay_url + "/responses", json=responses).content] == sent
+
+
+def test_malformed_responses_requests_get_400_naming_the_field(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "run.jsonl", [saved("4")])
+    with serving([path]) as url:
+        assert_error(httpx.post(url + "/responses", json={"model": MODEL}), 400, 400, "input")
+        assert_error(httpx.post(url + "/responses", json={"model": MODEL, "input": 3}),
+                     400, 400, "input")
+        assert_error(httpx.post(url + "/responses", json={"model": MODEL, "input": "hi",
+                                                          "tools": {}}), 400, 400, "tools")
+        assert_error(httpx.get(url + "/responses"), 405, 405)
+        assert_error(httpx.post(url + "/responses/resp_1/cancel"), 400, 400, "response_id")
+        assert httpx.get(url + "/responses/resp_1").json() == saved("4")["response"]
+        assert "data: " in httpx.get(url + "/responses/resp_1?stream=true").text
+
+
+def test_the_start_up_snippet_replays_a_saved_responses_prompt(tmp_path: Path) -> None:
+    import shlex
+
+    from replay_server.server import open_run, snippet_lines
+
+    record = saved("4", instructions="Be brief.", tools=[CALCULATOR],
+                   text={"format": {"type": "json_schema", "name": "n", "schema": {
+                       "type": "object", "properties": {}}}})
+    path = write_jsonl(tmp_path / "run.jsonl", [record])
+    with serving([path]) as url:
+        lines = snippet_lines(open_run([path], Settings()), url)
+        curl = next(line for line in lines if "/v1/responses" in line)
+        body = shlex.split(curl)[-1]
+        assert httpx.post(url + "/responses", content=body).status_code == 200
