@@ -61,7 +61,7 @@ def session(client: openai.OpenAI) -> dict[str, Any]:
                                     temperature=0)
     out["tool"] = first.model_dump()
     called = [o for o in first.output if o.type == "function_call"][0]
-    follow = [{"role": "user", "content": TOOL_QUESTION},
+    follow: Any = [{"role": "user", "content": TOOL_QUESTION},
               *[o.model_dump(exclude_none=True) for o in first.output],
               {"type": "function_call_output", "call_id": called.call_id, "output": "42"}]
     out["follow_up"] = client.responses.create(model=MODEL, input=follow, tools=[CALCULATOR],
@@ -138,7 +138,8 @@ def test_a_non_streamed_recording_streams_in_small_deltas(
 def test_batched_completions_replay_the_batch_usage(recorded: tuple[str, Recorder, Path]
                                                     ) -> None:
     url, _, out = recorded
-    body = {"model": MODEL, "prompt": [f"What is {i} + 1?" for i in range(3)], "max_tokens": 8}
+    body: dict[str, Any] = {"model": MODEL, "prompt": [f"What is {i} + 1?" for i in range(3)],
+                            "max_tokens": 8}
     original = httpx.post(url + "/completions", json=body).json()
     assert original["usage"] is not None
     with serving([out]) as replay_url:
