@@ -1,10 +1,13 @@
 """Write a synthetic saved run of realistic size, for the benchmark.
 
-Each record is a chat (or completion) exchange shaped like vLLM's: about 1.5 KB of
-messages (a system prompt and a few-shot user turn) and a 1 KB answer with usage, so that
-load time, memory and request throughput are measured on bodies of the real size.
+Each record is a chat (or completion, or Responses API) exchange shaped like vLLM's: about
+1.5 KB of messages (a system prompt and a few-shot user turn) and a 1 KB answer with usage,
+so that load time, memory and request throughput are measured on bodies of the real size.
+A share of the chat records can be recorded streams: their frames saved as a recording
+saves them (one delta per word piece, as vLLM sends about one per token).
 
     python bench/gen_run.py OUT.jsonl --records 100000 [--completions-share 0.2]
+        [--responses-share 0] [--recorded-streams-share 0]
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ import random
 from pathlib import Path
 
 import orjson
+
+from replay_server import streams
+from replay_server.aggregate import StreamAggregator
 
 MODEL = "bench/model"
 WORDS = ("the of and to in is was that for on with as by at from it an be this are or "
@@ -68,11 +74,57 @@ def completion_record(i: int, rng: random.Random) -> dict[str, object]:
     }
 
 
-def write(path: Path, records: int, completions_share: float, seed: int = 0) -> None:
+def recorded_stream_record(i: int, rng: random.Random) -> dict[str, object]:
+    """A chat exchange recorded streamed (no usage chunk asked for): its frames, and the
+    body they aggregate to."""
+    record = chat_record(i, rng)
+    response = record["response"]
+    assert isinstance(response, dict)
+    frames = list(streams.chunks("/v1/chat/completions", {**response, "usage": None}, False))
+    aggregator = StreamAggregator(True)
+    aggregator.feed(b"".join(frames))
+    return {**record, "response": aggregator.result(),
+            "stream": [f.decode() for f in frames]}
+
+
+def responses_record(i: int, rng: random.Random) -> dict[str, object]:
+    answer = text(rng, 1000) + f" The answer is {i}."
+    request = {"model": MODEL, "instructions": "You are a careful assistant. " + text(rng, 300),
+               "input": f"Question {i}: " + text(rng, 1100) + "\nAnswer:",
+               "max_output_tokens": 512, "temperature": 0.0}
+    return {
+        "replay_record": 1, "endpoint": "/v1/responses", "model": MODEL, "request": request,
+        "response": {
+            "id": f"resp_{i:08x}", "object": "response", "created_at": 1767225600,
+            "model": MODEL, "status": "completed", "incomplete_details": None,
+            "instructions": request["instructions"], "temperature": 0.0, "top_p": 1.0,
+            "max_output_tokens": 512, "tool_choice": "auto", "tools": [],
+            "parallel_tool_calls": True, "previous_response_id": None, "text": None,
+            "output": [{"id": f"msg_{i:08x}", "type": "message", "role": "assistant",
+                        "status": "completed",
+                        "content": [{"type": "output_text", "text": answer,
+                                     "annotations": [], "logprobs": None}]}],
+            "usage": {"input_tokens": 300, "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens": 220, "output_tokens_details": {"reasoning_tokens": 0},
+                      "total_tokens": 520}},
+        "source": {"harness": "bench", "instance": f"doc-{i}"},
+    }
+
+
+def write(path: Path, records: int, completions_share: float, seed: int = 0,
+          responses_share: float = 0.0, recorded_streams_share: float = 0.0) -> None:
     rng = random.Random(seed)
     with path.open("wb") as f:
         for i in range(records):
-            make = completion_record if rng.random() < completions_share else chat_record
+            pick = rng.random()
+            if pick < completions_share:
+                make = completion_record
+            elif pick < completions_share + responses_share:
+                make = responses_record
+            elif pick < completions_share + responses_share + recorded_streams_share:
+                make = recorded_stream_record
+            else:
+                make = chat_record
             f.write(orjson.dumps(make(i, rng)) + b"\n")
 
 
@@ -82,8 +134,13 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100_000, help="how many records")
     parser.add_argument("--completions-share", type=float, default=0.2,
                         help="share of /v1/completions records (the rest are chat)")
+    parser.add_argument("--responses-share", type=float, default=0.0,
+                        help="share of /v1/responses records")
+    parser.add_argument("--recorded-streams-share", type=float, default=0.0,
+                        help="share of chat records saved as recorded streams (frames)")
     args = parser.parse_args()
-    write(args.out, args.records, args.completions_share)
+    write(args.out, args.records, args.completions_share, responses_share=args.responses_share,
+          recorded_streams_share=args.recorded_streams_share)
 
 
 if __name__ == "__main__":

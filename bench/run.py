@@ -8,9 +8,10 @@ baseline measured in the same run, rounds are interleaved, and medians are kept.
 Throughput: wrk (a compiled load generator) POSTs realistic bodies (about 1.5 KB of
 messages, 1 KB answers) to servers on 127.0.0.1; each server runs on one core and wrk
 on the other (taskset). Systems: the ceiling (bench/baseline.py, raw ASGI returning fixed
-bytes on the same uvicorn settings) and replay-server (chat, chat streamed, completions
-with a batch of 8 prompts, misses), at concurrency 1 and 64; peers (`mockllm`, aimock's
-`llmock`) when they are installed.
+bytes on the same uvicorn settings) and replay-server (chat; chat streamed from a
+non-streamed record, in small deltas; chat streamed from a recorded stream, its frames as
+saved; completions with a batch of 8 prompts; /v1/responses, plain and streamed; misses),
+at concurrency 1 and 64; peers (`mockllm`, aimock's `llmock`) when they are installed.
 
 Index: synthetic runs of each size (bench/gen_run.py): load time vs orjson's raw parse
 of the same file, resident memory vs the file's size, time until the server answers its
@@ -125,33 +126,46 @@ def wrk(url: str, bodies: Path, connections: int, seconds: int) -> Measure:
 # ---------------------------------------------------------------- workloads
 
 
-def ensure_run(records: int) -> Path:
+def ensure_run(records: int, mixed: bool = False) -> Path:
+    """A synthetic run; `mixed` adds /v1/responses records and recorded chat streams (the
+    throughput run), else chat and completions only (the index figures, comparable over
+    time)."""
     DATA.mkdir(exist_ok=True)
-    path = DATA / f"run{records}.jsonl"
+    path = DATA / f"run{records}{'-mixed' if mixed else ''}.jsonl"
     if not path.exists():
         print(f"generating {path} ({records} records)...", flush=True)
-        subprocess.run([PY, str(HERE / "gen_run.py"), str(path), "--records", str(records)],
-                       check=True)
+        extra = ["--responses-share", "0.2", "--recorded-streams-share", "0.2"] if mixed else []
+        subprocess.run([PY, str(HERE / "gen_run.py"), str(path), "--records", str(records),
+                        *extra], check=True, cwd=ROOT)
     return path
 
 
 def workload_bodies(run: Path, count: int = 2000) -> dict[str, Path]:
     chats: list[dict[str, Any]] = []
+    streamed: list[dict[str, Any]] = []
+    responses: list[dict[str, Any]] = []
     prompts: list[Any] = []
     with run.open("rb") as f:
         for line in f:
             record = orjson.loads(line)
-            if record["endpoint"] == "/v1/chat/completions" and len(chats) < count:
+            endpoint = record["endpoint"]
+            if endpoint == "/v1/chat/completions" and "stream" in record:
+                if len(streamed) < count:
+                    streamed.append(record["request"])
+            elif endpoint == "/v1/chat/completions" and len(chats) < count:
                 chats.append(record["request"])
-            elif record["endpoint"] == "/v1/completions" and len(prompts) < count:
+            elif endpoint == "/v1/completions" and len(prompts) < count:
                 prompts.append(record["request"]["prompt"])
-            if len(chats) >= count and len(prompts) >= count:
-                break
+            elif endpoint == "/v1/responses" and len(responses) < count:
+                responses.append(record["request"])
     chat = [{"model": MODEL, "messages": r["messages"], "max_tokens": 512, "temperature": 0.0}
             for r in chats]
     bodies = {
         "chat": chat,
         "chat-stream": [{**b, "stream": True} for b in chat],
+        "chat-stream-recorded": [{**r, "stream": True} for r in streamed],
+        "responses": responses,
+        "responses-stream": [{**r, "stream": True} for r in responses],
         "completions-batch8": [{"model": MODEL, "prompt": prompts[i:i + 8], "max_tokens": 256}
                                for i in range(0, len(prompts) - 7, 8)],
         "miss": [{**b, "messages": [*b["messages"][:-1],
@@ -168,7 +182,9 @@ def workload_bodies(run: Path, count: int = 2000) -> dict[str, Path]:
 
 
 PATHS = {"chat": "/v1/chat/completions", "chat-stream": "/v1/chat/completions",
-         "completions-batch8": "/v1/completions", "miss": "/v1/chat/completions"}
+         "chat-stream-recorded": "/v1/chat/completions",
+         "completions-batch8": "/v1/completions", "responses": "/v1/responses",
+         "responses-stream": "/v1/responses", "miss": "/v1/chat/completions"}
 
 
 def peer_answers(run: Path, count: int = 2000) -> dict[str, str]:
@@ -177,7 +193,7 @@ def peer_answers(run: Path, count: int = 2000) -> dict[str, str]:
     with run.open("rb") as f:
         for line in f:
             record = orjson.loads(line)
-            if record["endpoint"] == "/v1/chat/completions":
+            if record["endpoint"] == "/v1/chat/completions" and "stream" not in record:
                 last = record["request"]["messages"][-1]["content"]
                 answers[last] = record["response"]["choices"][0]["message"]["content"]
                 if len(answers) >= count:
@@ -398,7 +414,7 @@ def main() -> None:
     if not shutil.which("wrk"):
         sys.exit("bench needs wrk: sudo apt-get install wrk")
     start = time.monotonic()
-    run = ensure_run(20000)
+    run = ensure_run(20000, mixed=True)
     rows = throughput(run, args.rounds, args.duration,
                       peers(run, args.mockllm_python, args.llmock))
     index = [index_figures(int(s)) for s in args.sizes.split(",") if s]

@@ -1,8 +1,9 @@
 """create_app(settings, index) -> FastAPI. Nothing stateful at import.
 
-The two replay endpoints are the hot path. They are plain ASGI apps (`ReplayEndpoint`)
-that `ReplayApp` calls first, ahead of FastAPI's middleware, routing, dependency and
-response machinery, which costs several times the replay work itself. They are also
+The three replay endpoints (chat, completions, responses) are the hot path. They are plain
+ASGI apps (`ReplayEndpoint`) that `ReplayApp` calls first, ahead of FastAPI's middleware,
+routing, dependency and response machinery, which costs several times the replay work
+itself. They are also
 mounted as routes (so a GET on them is a 405, not a 404) and documented in the OpenAPI
 schema. Everything else is ordinary FastAPI, in `routes.py`. Every error, whichever layer
 raises it, leaves as the OpenAI envelope with `x-should-retry: false`, and every error
@@ -57,7 +58,7 @@ def internal_error(exc: BaseException) -> ReplayServerError:
 
 
 class ReplayEndpoint:
-    """POST /v1/chat/completions or /v1/completions, as a plain ASGI app."""
+    """POST /v1/chat/completions, /v1/completions or /v1/responses, as a plain ASGI app."""
 
     def __init__(self, replayer: Replayer, endpoint: str, max_body: int,
                  read_timeout: float) -> None:
@@ -200,7 +201,8 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
     message = f"{detail}: {request.method} {request.url.path}"
     if exc.status_code == 404:
-        message += " (this server answers /v1/chat/completions, /v1/completions, /v1/models)"
+        message += (" (this server answers /v1/chat/completions, /v1/completions, "
+                    "/v1/responses, /v1/models)")
     return _error_response(kind(message))
 
 

@@ -10,6 +10,10 @@ Shape: model -> key -> Entry -> Instances -> Exchanges -> choices (samples).
   instance.
 - An *entry* holds every instance saved under one key.
 
+Responses API records are also found by their saved response id (`ModelRun.responses`):
+a request's `previous_response_id` is keyed by the conversation that id names, and
+`GET /v1/responses/{id}` returns the saved body.
+
 Which saved samples answer a request is decided in `samples.py`; this module only holds
 and builds the data. The index is immutable once built; the cursors live with the caller.
 Each model also keeps a catalog of its saved prompts for miss diagnostics (`nearest`).
@@ -20,9 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import keys
+from . import keys, openai_responses
 from .errors import BadRequest, ModelNotFound
 from .nearest import EMPTY, PromptCatalog
+from .openai_responses import RESPONSES, RESPONSES_PATH
 from .records import CHAT_PATH, Record, where_of
 
 
@@ -68,11 +73,23 @@ class Exchange:
     sample_usage: tuple[dict[str, Any] | None, ...] | None = None
     # which run it came from: only while building (instances group by it), not compared
     run: Any = field(default=None, compare=False)
+    # A recorded stream: (start, size) of its frames, joined, in `bodies`, and whether they
+    # carry a usage chunk (chat and completions: the client asked for include_usage).
+    stream: tuple[int, int, bool] | None = None
+    # The batched completion this prompt was saved from: {"id", "index", "size", "usage"}.
+    batch: dict[str, Any] | None = None
 
     @property
     def body(self) -> bytes:
         """The saved response body, byte for byte."""
         return self.bodies.get(self.start, self.size)
+
+    @property
+    def frames(self) -> bytes | None:
+        """A recorded stream's frames as the upstream sent them, or None."""
+        if self.stream is None:
+            return None
+        return self.bodies.get(self.stream[0], self.stream[1])
 
     @property
     def where(self) -> str:
@@ -128,6 +145,16 @@ class ModelRun:
     records: int = 0
     samples: int = 0
     unusable_records: int = 0
+    # Responses API: saved response id -> what a request continuing it puts before its
+    # input (`openai_responses.previous_of`, canonical JSON) and the saved exchange; None
+    # when two saved conversations share the id.
+    responses: dict[str, SavedResponse | None] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SavedResponse:
+    previous: bytes
+    exchange: Exchange
 
 
 # The exchanges (and choices) that answer one prompt, in order; a choice of None stands
@@ -168,6 +195,20 @@ class Index:
         """The saved prompts of one model and endpoint kind, for miss diagnostics."""
         return self.catalogs.get((model, kind), EMPTY)
 
+    def saved_response(self, model: str, response_id: str) -> SavedResponse | None:
+        """The saved Responses answer with this id, for `previous_response_id` and GET, or
+        None. Raises ValueError when two different saved conversations share the id."""
+        responses = self.models[model].responses
+        found = responses.get(response_id)
+        if found is None and response_id in responses:
+            raise ValueError(f"two different saved conversations have the response id "
+                             f"{response_id!r}")
+        return found
+
+    def response_models(self, response_id: str) -> list[str]:
+        """The models that saved a Responses answer with this id (GET names no model)."""
+        return [name for name, run in self.models.items() if response_id in run.responses]
+
 
 def entry_of(value: Entry | Exchange) -> Entry:
     """The full Entry form of an index value (off the hot path: reports, status)."""
@@ -179,10 +220,14 @@ def entry_of(value: Entry | Exchange) -> Entry:
 def prompt_of(record: Record) -> dict[str, Any]:
     """The keyed prompt of a saved record (one prompt: a batch is saved prompt by prompt,
     and `records.make_record` checked its form)."""
+    if record.endpoint == RESPONSES_PATH:
+        return openai_responses.keyed_input(record.request)  # NeedsPrevious if it continues
     found = keys.prompts(kind_of(record.endpoint), record.request)
     assert found is not None and len(found) == 1
     return found[0]
 
 
 def kind_of(endpoint: str) -> str:
+    if endpoint == RESPONSES_PATH:
+        return RESPONSES
     return keys.CHAT if endpoint == CHAT_PATH else keys.COMPLETION

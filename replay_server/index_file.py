@@ -13,9 +13,15 @@ the run's size, keeps little in memory, and several worker processes share one c
                                    model and kind, for miss diagnostics by binary search
                                    on `id` (see nearest.py)
     prompt_ranges(model_id, kind, first, last)
+    responses(k BLOB PRIMARY KEY, previous, v)
+                                   k = model id + a saved Responses answer's id; previous =
+                                   what a request continuing it is keyed with, v = its
+                                   exchange encoded alone (both NULL: two conversations
+                                   share the id)
 
 An entry is encoded as a 4-byte header length, the header (JSON: the Entry's shape, each
-exchange without its body), then the exchanges' bodies end to end, in header order.
+exchange without its body), then the exchanges' bodies end to end, in header order, each
+followed by its recorded stream's frames when it has some.
 """
 
 from __future__ import annotations
@@ -31,32 +37,45 @@ import orjson
 
 from . import keys
 from .errors import LoadError
-from .index import Bodies, Entry, Exchange, Index, Instance, ModelRun
+from .index import Bodies, Entry, Exchange, Index, Instance, ModelRun, SavedResponse
 from .loader import Loaded
 from .nearest import EMPTY, Catalog, PromptCatalog, closest
+from .openai_responses import RESPONSES, RESPONSES_PATH
 from .records import CHAT_PATH, COMPLETION_PATH
 from .samples import needs_cursor, seeds
 
 FORMAT = "replay-server index"
-VERSION = 2
+VERSION = 3
 SQLITE_MAGIC = b"SQLite format 3\x00"
 MMAP_BYTES = 1 << 40
 
 
 class OneBody(Bodies):
-    """The body of one exchange read from the index: `start` is its identity, not an
-    offset, so that an exchange keeps one identity however often it is read."""
+    """The body (and recorded frames) of one exchange read from the index: `start` is its
+    identity, not an offset, so that an exchange keeps one identity however often it is
+    read; the frames are asked for at the start -1."""
 
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes, frames: bytes | None = None) -> None:
         self.body = body
+        self.frames = frames
 
     def get(self, start: int, size: int) -> bytes:
+        if start == -1:
+            assert self.frames is not None
+            return self.frames
         return self.body
 
 
 def _exchange_head(e: Exchange) -> list[Any]:
     usage = list(e.sample_usage) if e.sample_usage is not None else None
-    return [e.start, e.size, e.n, e.file, e.line, e.instance, e.params.decode(), usage]
+    stream = [e.stream[1], e.stream[2]] if e.stream is not None else None
+    return [e.start, e.size, e.n, e.file, e.line, e.instance, e.params.decode(), usage,
+            stream, e.batch]
+
+
+def _exchange_bytes(e: Exchange) -> bytes:
+    frames = e.frames
+    return e.body + (frames if frames is not None else b"")
 
 
 def _instance_head(i: Instance) -> list[Any]:
@@ -72,7 +91,8 @@ def encode(value: Entry | Exchange) -> bytes:
                 [_instance_head(i) for i in value.unusable], value.by_seed is not None]
         exchanges = [e for i in value.instances + value.unusable for e in i.exchanges]
     header = orjson.dumps(head)
-    return len(header).to_bytes(4, "little") + header + b"".join(e.body for e in exchanges)
+    return len(header).to_bytes(4, "little") + header + b"".join(
+        _exchange_bytes(e) for e in exchanges)
 
 
 def decode(data: bytes) -> Entry | Exchange:
@@ -85,7 +105,13 @@ def decode(data: bytes) -> Entry | Exchange:
         body = data[at:at + h[1]]
         at += h[1]
         usage = tuple(h[7]) if h[7] is not None else None
-        return Exchange(OneBody(body), h[0], h[1], h[2], h[3], h[4], h[5], h[6].encode(), usage)
+        stream, frames = None, None
+        if h[8] is not None:
+            frames = data[at:at + h[8][0]]
+            at += h[8][0]
+            stream = (-1, h[8][0], bool(h[8][1]))
+        return Exchange(OneBody(body, frames), h[0], h[1], h[2], h[3], h[4], h[5],
+                        h[6].encode(), usage, None, stream, h[9])
 
     def instance(h: list[Any]) -> Instance:
         return Instance(h[0], [exchange(e) for e in h[2]], h[1])
@@ -115,6 +141,7 @@ CREATE TABLE prompts(id INTEGER PRIMARY KEY, model_id INTEGER, kind TEXT, prompt
                      place TEXT);
 CREATE TABLE prompt_ranges(model_id INTEGER, kind TEXT, first INTEGER, last INTEGER,
                            PRIMARY KEY(model_id, kind));
+CREATE TABLE responses(k BLOB PRIMARY KEY, previous BLOB, v BLOB);
 """
 
 
@@ -156,6 +183,10 @@ def _write_entries(db: sqlite3.Connection, index: Index, ids: dict[str, int]) ->
         prefix = ids[name].to_bytes(2, "big")
         rows = ((prefix + key, encode(run.entries[key])) for key in sorted(run.entries))
         db.executemany("INSERT INTO entries VALUES (?, ?)", rows)
+        db.executemany("INSERT INTO responses VALUES (?, ?, ?)", (
+            (prefix + rid.encode(), None if saved is None else saved.previous,
+             None if saved is None else encode(saved.exchange))
+            for rid, saved in run.responses.items()))
 
 
 def _write_prompts(db: sqlite3.Connection, loaded: Loaded, ids: dict[str, int]) -> None:
@@ -243,6 +274,25 @@ class StoredIndex(Index):
         self.model_ids = {name: model_id for model_id, name, *_ in model_rows}
         super().__init__(models, aliases)
 
+    def saved_response(self, model: str, response_id: str) -> SavedResponse | None:
+        row = self.db.execute("SELECT previous, v FROM responses WHERE k = ?", (
+            self.model_ids[model].to_bytes(2, "big") + response_id.encode(),)).fetchone()
+        if row is None:
+            return None
+        if row[0] is None:
+            raise ValueError(f"two different saved conversations have the response id "
+                             f"{response_id!r}")
+        exchange = decode(row[1])
+        assert isinstance(exchange, Exchange)
+        return SavedResponse(bytes(row[0]), exchange)
+
+    def response_models(self, response_id: str) -> list[str]:
+        keys_ = [(model_id.to_bytes(2, "big") + response_id.encode(),)
+                 for model_id in self.model_ids.values()]
+        names = {v: k for k, v in self.model_ids.items()}
+        return [names[int.from_bytes(bytes(k)[:2], "big")] for (k,) in keys_
+                if self.db.execute("SELECT 1 FROM responses WHERE k = ?", (k,)).fetchone()]
+
     def catalog(self, model: str, kind: str) -> PromptCatalog:
         row = self.db.execute("SELECT first, last FROM prompt_ranges WHERE model_id = ? "
                               "AND kind = ?", (self.model_ids[model], kind)).fetchone()
@@ -258,7 +308,8 @@ class StoredIndex(Index):
                 prompt = orjson.loads(self.db.execute("SELECT prompt FROM prompts WHERE id = ?",
                                                       (first,)).fetchone()[0])
                 found.append((names[model_id], kind, prompt))
-        endpoint = {keys.CHAT: CHAT_PATH, keys.COMPLETION: COMPLETION_PATH}
+        endpoint = {keys.CHAT: CHAT_PATH, keys.COMPLETION: COMPLETION_PATH,
+                    RESPONSES: RESPONSES_PATH}
         return [(endpoint[kind], model, prompt) for model, kind, prompt in found]
 
     def needs_cursor(self) -> int:

@@ -6,6 +6,11 @@ only when a second record (or an unusable one) comes for the same prompt: buildi
 every record and dropping most at the end would leave the heap full of holes between the
 objects that stay. Each new prompt's canonical JSON also goes to the model's prompt
 catalog, for miss diagnostics.
+
+A Responses API record that continues an earlier response (`previous_response_id`) is
+keyed by the conversation that response holds, so it is added once every record is in
+(in saved order, whatever order the files gave the turns in); one whose earlier response
+was not saved is unusable, and says so.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from typing import Any
 
 import orjson
 
-from . import keys
+from . import keys, openai_responses
 from .errors import LoadError
-from .index import Bodies, Entry, Exchange, Index, ModelRun, kind_of
+from .index import Bodies, Entry, Exchange, Index, ModelRun, SavedResponse, kind_of, prompt_of
 from .nearest import Catalog, PromptCatalog
+from .openai_responses import RESPONSES_PATH
 from .records import Record
 from .samples import settle
 
@@ -30,11 +36,24 @@ class Builder:
         self._params: dict[bytes, bytes] = {}
         self._bodies = Bodies()
         self._prompts: dict[tuple[str, str], list[tuple[bytes, str]]] = {}
+        self._continuing: list[Record] = []
 
     def add(self, record: Record) -> None:
+        if record.endpoint == RESPONSES_PATH and \
+                record.request.get("previous_response_id") is not None:
+            self._continuing.append(record)  # keyed once the turn it continues is in
+            return
+        self._add(record, None)
+
+    def _add(self, record: Record, prompt: dict[str, Any] | None) -> None:
         kind = kind_of(record.endpoint)
-        canonicals = [self._canonical(record, request)
-                      for request in [record.request, *(record.also or ())]]
+        try:
+            prompt = prompt_of(record) if prompt is None else prompt
+            forms = [prompt, *(_keyed(kind, request) for request in record.also or ())]
+            canonicals = [keys.canonical(form) for form in forms]
+        except (RecursionError, keys.Unkeyable) as e:
+            raise LoadError(record.origin, record.source.get("line"), "the saved request "
+                            f"nests too deeply to be keyed: {e}", field="request") from None
         run = self._models.get(record.model)
         if run is None:
             run = self._models[record.model] = ModelRun(record.model)
@@ -48,26 +67,20 @@ class Builder:
             for canonical in canonicals:
                 self._place(run, kind, canonical, identity, record.where, unusable=reason)
             return
-        params = keys.canonical(keys.sampling_params(record.request, kind))
+        params = keys.canonical(openai_responses.sampling_params(record.request)
+                                if kind == openai_responses.RESPONSES
+                                else keys.sampling_params(record.request, kind))
         params = self._params.setdefault(params, params)
         usage = tuple(record.sample_usage) if record.sample_usage is not None else None
         start, size = self._bodies.add(orjson.dumps(record.response))
-        n = len(record.response["choices"])
+        n = len(record.response.get("choices") or [None])
         exchange = Exchange(self._bodies, start, size, n, file, line, instance, params, usage,
-                            record.run)
+                            record.run, self._stream(record), record.batch)
+        if kind == openai_responses.RESPONSES:
+            self._register(run, record, prompt, exchange)
         run.samples += n
         for canonical in canonicals:  # one exchange under each form of the request
             self._place(run, kind, canonical, identity, exchange.where, exchange=exchange)
-
-    @staticmethod
-    def _canonical(record: Record, request: dict[str, Any]) -> bytes:
-        try:
-            found = keys.prompts(kind_of(record.endpoint), request)
-            assert found is not None and len(found) == 1  # records.validate checked it
-            return keys.canonical(found[0])
-        except (RecursionError, keys.Unkeyable) as e:
-            raise LoadError(record.origin, record.source.get("line"), "the saved request "
-                            f"nests too deeply to be keyed: {e}", field="request") from None
 
     def _place(self, run: ModelRun, kind: str, canonical: bytes, identity: tuple[Any, ...],
                where: str, exchange: Exchange | None = None, unusable: str | None = None
@@ -88,6 +101,57 @@ class Builder:
         else:
             self._entry(run, key, current).group(identity, where).exchanges.append(exchange)
 
+    def _stream(self, record: Record) -> tuple[int, int, bool] | None:
+        if record.stream is None:
+            return None
+        start, size = self._bodies.add("".join(record.stream).encode())
+        return start, size, record.endpoint != RESPONSES_PATH and _carries_usage(record.stream)
+
+    @staticmethod
+    def _register(run: ModelRun, record: Record, prompt: dict[str, Any],
+                  exchange: Exchange) -> None:
+        """Make a saved Responses answer findable by its id, as the server that sent it
+        kept it (unless the request said `store: false`)."""
+        assert record.response is not None
+        response_id = record.response.get("id")
+        if not isinstance(response_id, str) or record.request.get("store") is False:
+            return
+        previous = keys.canonical(openai_responses.previous_of(prompt, record.response))
+        if response_id not in run.responses:
+            run.responses[response_id] = SavedResponse(previous, exchange)
+            return
+        saved = run.responses[response_id]
+        if saved is not None and saved.previous != previous:
+            run.responses[response_id] = None  # two conversations under one id: ambiguous
+
+    def _add_continuing(self) -> None:
+        """The records that continue an earlier response, in saved order, each keyed once
+        the response it continues is in (a chain is resolved turn by turn)."""
+        pending, self._continuing = self._continuing, []
+        while pending:
+            left = []
+            for record in pending:
+                run = self._models.get(record.model)
+                saved = run.responses.get(record.request["previous_response_id"]) \
+                    if run is not None else None
+                if saved is None:
+                    left.append(record)
+                    continue
+                self._add(record, openai_responses.keyed_input(
+                    record.request, orjson.loads(saved.previous)))
+            if len(left) == len(pending):
+                break
+            pending = left
+        for record in pending:
+            response_id = record.request["previous_response_id"]
+            run = self._models.get(record.model)
+            shared = run is not None and response_id in run.responses
+            record.unusable = f"continues response {response_id!r}, " + (
+                "whose id two different saved conversations share" if shared else
+                "which was not saved (or was saved with `store: false`)")
+            self._add(record, openai_responses.keyed_input(
+                record.request, {"unresolved": response_id}))
+
     @staticmethod
     def _entry(run: ModelRun, key: bytes, current: Entry | Exchange | None) -> Entry:
         """The Entry for a prompt, made from its lone Exchange (or from nothing) if need be."""
@@ -101,6 +165,7 @@ class Builder:
         return entry
 
     def build(self, aliases: dict[str, str] | None = None) -> Index:
+        self._add_continuing()
         self._bodies.freeze()
         for run in self._models.values():
             for key, value in run.entries.items():
@@ -110,6 +175,28 @@ class Builder:
             place: Catalog.build(saved) for place, saved in self._prompts.items()}
         self._prompts = {}
         return Index(self._models, aliases, catalogs)
+
+
+def _carries_usage(frames: list[str]) -> bool:
+    """Whether a chat or completions stream carried a usage chunk (the client asked for
+    `stream_options.include_usage`)."""
+    for frame in reversed(frames):
+        for line in frame.splitlines():
+            if line.startswith("data:") and '"usage"' in line:
+                try:
+                    chunk = orjson.loads(line[5:].strip())
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(chunk, dict) and chunk.get("usage") is not None:
+                    return True
+    return False
+
+
+def _keyed(kind: str, request: dict[str, Any]) -> dict[str, Any]:
+    """The keyed prompt of another form of a saved request (`Record.also`)."""
+    found = keys.prompts(kind, request)
+    assert found is not None and len(found) == 1  # records.make_record checked it
+    return found[0]
 
 
 def build(records: Iterable[Record], aliases: dict[str, str] | None = None) -> Index:

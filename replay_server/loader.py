@@ -199,7 +199,7 @@ def load(paths: Sequence[str | Path], *, skip_bad_lines: bool = False,
                 ctx.bad(error)
                 continue
             per_file[(str(record.source.get("file")), record.model)] += 1
-            if record.response is not None:
+            if record.response is not None and "previous_response_id" not in record.request:
                 examples.setdefault(record.endpoint, record)
     finally:
         bar.close()

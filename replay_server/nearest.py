@@ -165,8 +165,19 @@ def system_variants(asked: dict[str, Any], near: dict[str, Any]) -> list[dict[st
 
 
 def first_difference(asked: dict[str, Any], saved: dict[str, Any]) -> Difference:
-    """Where `asked` first differs from `saved` (keyed prompts, `keys.chat_prompt` or
-    `keys.completion_prompt`)."""
+    """Where `asked` first differs from `saved` (keyed prompts, `keys.chat_prompt`,
+    `keys.completion_prompt` or `openai_responses.keyed_input`)."""
+    if "input" in asked and "input" in saved:
+        if asked.get("previous") != saved.get("previous"):
+            return _previous_diff(asked.get("previous"), saved.get("previous"))
+        a, s = asked["input"], saved["input"]
+        if isinstance(a, list) and isinstance(s, list):
+            found = _messages_diff(a, s, "input item")
+            if found is not None:
+                return found
+        elif a != s:
+            return Difference("the input", "differs in structure")
+        return _rest_diff(asked, saved)
     if "messages" in asked and "messages" in saved:
         return _messages_diff(asked["messages"], saved["messages"]) or _rest_diff(asked, saved)
     if "prompt" in asked and "prompt" in saved:
@@ -193,26 +204,51 @@ def _common_list(a: list[Any], b: list[Any]) -> int:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
+def _previous_diff(asked: Any, saved: Any) -> Difference:
+    """Where the conversations before two Responses requests (`previous_response_id`)
+    first differ."""
+    place = "the conversation before the input (previous_response_id)"
+    if not isinstance(asked, dict) or not isinstance(saved, dict):
+        return Difference(place, "the request continues an earlier response, the saved "
+                          "prompt does not" if saved is None else "the saved prompt "
+                          "continues an earlier response, the request does not"
+                          if asked is None else "it differs")
+    if not isinstance(asked.get("request"), dict) or not isinstance(saved.get("request"), dict):
+        return Difference(place, "it differs")
+    if asked["request"] != saved["request"]:
+        inner = first_difference(asked["request"], saved["request"])
+    else:
+        a, s = asked.get("output"), saved.get("output")
+        found = _messages_diff(a, s, "output item") if isinstance(a, list) and isinstance(
+            s, list) else None
+        inner = found or Difference("the output", "differs")
+    return Difference(f"the earlier turn's {inner.place}", inner.kind, inner.offset,
+                      inner.requested, inner.saved)
+
+
 def _role(message: Any) -> str:
-    return str(message.get("role")) if isinstance(message, dict) else "?"
+    if not isinstance(message, dict):
+        return "?"
+    return str(message.get("role") or message.get("type"))
 
 
-def _messages_diff(asked: list[Any], saved: list[Any]) -> Difference | None:
+def _messages_diff(asked: list[Any], saved: list[Any], noun: str = "message"
+                   ) -> Difference | None:
     for i, (a, s) in enumerate(zip(asked, saved, strict=False)):
         if a == s:
             continue
         if not (isinstance(a, dict) and isinstance(s, dict)):
-            return Difference(f"message {i}", "the message differs in structure")
-        place = f"message {i} ({_role(s)})"
+            return Difference(f"{noun} {i}", f"the {noun} differs in structure")
+        place = f"{noun} {i} ({_role(s)})"
         # the same place in every prompt, however many messages came before it
-        group = f"the last message ({_role(s)})" if i == len(saved) - 1 else None
+        group = f"the last {noun} ({_role(s)})" if i == len(saved) - 1 else None
         if a.get("role") != s.get("role"):
             if len(asked) < len(saved) and asked[i:] == saved[i + 1:]:
                 return Difference(place, "missing in the request")
             if len(asked) > len(saved) and asked[i + 1:] == saved[i:]:
-                return Difference(f"message {i} ({_role(a)})", "not in the saved prompt")
-            return Difference(f"message {i}", f"role {_role(a)!r} in the request, "
-                              f"{_role(s)!r} saved", group_place=group and "the last message")
+                return Difference(f"{noun} {i} ({_role(a)})", "not in the saved prompt")
+            return Difference(f"{noun} {i}", f"role {_role(a)!r} in the request, "
+                              f"{_role(s)!r} saved", group_place=group and f"the last {noun}")
         ac, sc = a.get("content"), s.get("content")
         if ac != sc:
             if isinstance(ac, str) and isinstance(sc, str):
@@ -221,17 +257,18 @@ def _messages_diff(asked: list[Any], saved: list[Any]) -> Difference | None:
         fields = sorted(k for k in a.keys() | s.keys() if a.get(k) != s.get(k))
         return Difference(place, f"field(s) {', '.join(fields)} differ", group_place=group)
     if len(asked) < len(saved):
-        return Difference(f"message {len(asked)} ({_role(saved[len(asked)])})",
+        return Difference(f"{noun} {len(asked)} ({_role(saved[len(asked)])})",
                           "missing at the end of the request")
     if len(asked) > len(saved):
-        return Difference(f"message {len(saved)} ({_role(asked[len(saved)])})",
-                          "not in the saved prompt (the request has more messages)")
+        return Difference(f"{noun} {len(saved)} ({_role(asked[len(saved)])})",
+                          f"not in the saved prompt (the request has more {noun}s)")
     return None
 
 
 def _rest_diff(asked: dict[str, Any], saved: dict[str, Any]) -> Difference:
     fields = sorted(k for k in asked.keys() | saved.keys()
-                    if k not in ("messages", "prompt") and asked.get(k) != saved.get(k))
+                    if k not in ("messages", "prompt", "input", "previous")
+                    and asked.get(k) != saved.get(k))
     if not fields:
         return Difference("the prompt", "no difference found")
     only_asked = [f for f in fields if f not in saved]

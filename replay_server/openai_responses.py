@@ -24,11 +24,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from .keys import IGNORED, KEY, STRICT, Field, drop_nulls, number, verbatim
+from .sse import line_end
 
 RESPONSES_PATH = "/v1/responses"
 
@@ -123,7 +124,7 @@ class ResponsesStreamAggregator:
         buffer = self._buffer + data
         start = 0
         while True:
-            end = _line_end(buffer, start)
+            end = line_end(buffer, start)
             if end is None:
                 break
             self._line(buffer[start:end])
@@ -188,17 +189,6 @@ class ResponsesStreamAggregator:
 
     def aggregated(self) -> Aggregated:
         return Aggregated(self.result(), self.events, self.frames)
-
-
-def _line_end(buffer: bytes, start: int) -> int | None:
-    """Where the line of `buffer` that starts at `start` ends (after its CRLF, LF or CR), or
-    None while it is incomplete (a CR at the very end may be the first half of a CRLF)."""
-    lf, cr = buffer.find(b"\n", start), buffer.find(b"\r", start)
-    if cr == -1 or (lf != -1 and lf < cr):
-        return None if lf == -1 else lf + 1
-    if cr + 1 == len(buffer):
-        return None
-    return cr + 2 if buffer[cr + 1:cr + 2] == b"\n" else cr + 1
 
 
 def _brief(value: Any) -> str:
@@ -314,32 +304,88 @@ def events_for(response: dict[str, Any], *, terminal_by_status: bool = False) ->
     does (openai-python's `get_final_response()` then raises: it wants
     `response.completed`). Ids are the saved ones; an item without an id (a
     `function_call` may have none) gets `item_<output_index>` in its events only.
+
+    A run of deltas of one part is encoded once, as a template split where the sequence
+    number and the text go: the bytes are those of encoding each event whole.
     """
-    return [frame(e) for e in event_payloads(response, terminal_by_status=terminal_by_status)]
+    frames: list[bytes] = []
+    for event in _sequenced(response, terminal_by_status):
+        if isinstance(event, dict):
+            frames.append(frame(event))
+        else:
+            frames.extend(_run_frames(*event))
+    return frames
 
 
 def event_payloads(response: dict[str, Any], *, terminal_by_status: bool = False
                    ) -> list[dict[str, Any]]:
     """The event payloads of `events_for`, in order, sequence numbers set."""
     events: list[dict[str, Any]] = []
+    for event in _sequenced(response, terminal_by_status):
+        if isinstance(event, dict):
+            events.append(event)
+        else:
+            run, first = event
+            events += [{"type": run.kind, "sequence_number": first + n,
+                        **{k: (text if v is _MARK else v) for k, v in run.fields.items()}}
+                       for n, text in enumerate(run.texts)]
+    return events
 
-    def emit(kind: str, **fields: Any) -> None:
-        events.append({"type": kind, "sequence_number": len(events), **fields})
+
+class _Run(NamedTuple):
+    """Delta events of one part that differ only in their text (one per `texts` item):
+    `fields` are the event's fields with `_MARK` where the text goes."""
+
+    kind: str
+    fields: dict[str, Any]
+    texts: list[str]
+
+
+_MARK = "\x00\x01replay-mark\x01\x00"  # stands for a value in a template
+_MARK_JSON = orjson.dumps(_MARK)
+
+
+def _sequenced(response: dict[str, Any], terminal_by_status: bool
+               ) -> Iterator[dict[str, Any] | tuple[_Run, int]]:
+    """The events in order with their sequence numbers: payloads, and runs of deltas with
+    the sequence number of their first."""
+    number = 0
+
+    def event(kind: str, fields: dict[str, Any]) -> dict[str, Any]:
+        nonlocal number
+        number += 1
+        return {"type": kind, "sequence_number": number - 1, **fields}
 
     start = {**response, "status": "in_progress", "output": [], "usage": None}
     for name in ("incomplete_details", "completed_at", "error"):
         if name in start:
             start[name] = None
-    emit("response.created", response=start)
-    emit("response.in_progress", response=start)
+    yield event("response.created", {"response": start})
+    yield event("response.in_progress", {"response": start})
     for index, item in enumerate(response.get("output") or []):
-        for kind, fields in _item_events(index, item):
-            emit(kind, **fields)
+        for step in _item_events(index, item):
+            if isinstance(step, _Run):
+                yield step, number
+                number += len(step.texts)
+            else:
+                yield event(*step)
     status = response.get("status")
     last = _TERMINAL_BY_STATUS.get(status, "response.completed") if (
         terminal_by_status and isinstance(status, str)) else "response.completed"
-    emit(last, response=response)
-    return events
+    yield event(last, {"response": response})
+
+
+def _run_frames(run: _Run, first: int) -> list[bytes]:
+    template = frame({"type": run.kind, "sequence_number": _MARK, **run.fields})
+    parts = template.split(_MARK_JSON)
+    if len(parts) != 3:  # a saved value holds the mark itself (never, in practice)
+        return [frame({"type": run.kind, "sequence_number": first + n,
+                       **{k: (text if v is _MARK else v) for k, v in run.fields.items()}})
+                for n, text in enumerate(run.texts)]
+    head, middle, tail = parts
+    dumps = orjson.dumps
+    return [head + str(first + n).encode() + middle + dumps(text) + tail
+            for n, text in enumerate(run.texts)]
 
 
 def _skeleton(item: dict[str, Any]) -> dict[str, Any]:
@@ -358,7 +404,7 @@ def _skeleton(item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-Event = tuple[str, dict[str, Any]]
+Event = tuple[str, dict[str, Any]] | _Run
 
 
 def _item_events(index: int, item: Any) -> Iterator[Event]:
@@ -374,8 +420,7 @@ def _item_events(index: int, item: Any) -> Iterator[Event]:
         name, prefix = _STREAMED_FIELD[kind]
         value = item.get(name)
         if isinstance(value, str):
-            for piece in split_deltas(value):
-                yield f"{prefix}.delta", {**at, "delta": piece}
+            yield _Run(f"{prefix}.delta", {**at, "delta": _MARK}, split_deltas(value))
             yield f"{prefix}.done", {**at, name: value}
     summary = item.get("summary")
     if kind == "reasoning" and isinstance(summary, list):
@@ -396,8 +441,8 @@ def _summary_events(at: dict[str, Any], sub: int, part: Any) -> Iterator[Event]:
         yield "response.reasoning_summary_part.done", {**where, "part": part}
         return
     yield "response.reasoning_summary_part.added", {**where, "part": {**part, "text": ""}}
-    for piece in split_deltas(text):
-        yield "response.reasoning_summary_text.delta", {**where, "delta": piece}
+    yield _Run("response.reasoning_summary_text.delta", {**where, "delta": _MARK},
+               split_deltas(text))
     yield "response.reasoning_summary_text.done", {**where, "text": text}
     yield "response.reasoning_summary_part.done", {**where, "part": part}
 
@@ -423,16 +468,15 @@ def _part_events(at: dict[str, Any], sub: int, part: Any) -> Iterator[Event]:
             for token in tokens:
                 yield f"{prefix}.delta", {**where, "delta": token["token"], "logprobs": [token]}
         else:
-            for piece in split_deltas(text):
-                yield f"{prefix}.delta", {**where, "delta": piece, "logprobs": []}
+            yield _Run(f"{prefix}.delta", {**where, "delta": _MARK, "logprobs": []},
+                       split_deltas(text))
         for n, annotation in enumerate(part.get("annotations") or []):
             yield "response.output_text.annotation.added", {
                 **where, "annotation_index": n, "annotation": annotation}
         done_logprobs = logprobs if isinstance(logprobs, list) else []
         yield f"{prefix}.done", {**where, "text": text, "logprobs": done_logprobs}
     else:
-        for piece in split_deltas(text):
-            yield f"{prefix}.delta", {**where, "delta": piece}
+        yield _Run(f"{prefix}.delta", {**where, "delta": _MARK}, split_deltas(text))
         yield f"{prefix}.done", {**where, name: text}
     yield "response.content_part.done", {**where, "part": part}
 
@@ -735,3 +779,12 @@ def sampling_params(request: dict[str, Any]) -> dict[str, Any]:
     return {k: number(v) for k, v in request.items()
             if k not in _NOT_STRICT and v is not None
             and not (k in FIELDS_BY_NAME and v in FIELDS_BY_NAME[k].unset)}
+
+
+def markdown_table() -> str:
+    """The README's table of Responses request fields, generated from FIELDS (and tested)."""
+    rows = ["| field | role | why |", "| --- | --- | --- |"]
+    rows += [f"| `{f.name}` | {f.role} | {f.reason}"
+             + (f" (unset: `{orjson.dumps(f.unset[0]).decode()}`)" if f.unset else "") + " |"
+             for f in FIELDS]
+    return "\n".join(rows)

@@ -1,4 +1,4 @@
-"""Wire shapes: what the two replay endpoints accept, and the JSON Schemas that document it.
+"""Wire shapes: what the replay endpoints accept, and the JSON Schemas that document it.
 
 Requests are checked on plain dicts (orjson), not through a model, because this is the hot
 path: only what the server needs is validated, a mistyped field is a 400 naming it, and
@@ -12,8 +12,10 @@ from typing import Any
 
 import orjson
 
-from . import keys
+from . import keys, openai_responses
 from .errors import BadRequest
+from .keys import Field
+from .openai_responses import RESPONSES_PATH
 from .records import CHAT_PATH, COMPLETION_PATH
 
 
@@ -30,11 +32,17 @@ class ReplayRequest:
 
     @property
     def kind(self) -> str:
-        return keys.CHAT if self.endpoint == CHAT_PATH else keys.COMPLETION
+        return _KINDS[self.endpoint]
 
     def params(self) -> bytes:
         """The sampling parameters, canonical (only strict mode needs them)."""
+        if self.endpoint == RESPONSES_PATH:
+            return keys.canonical(openai_responses.sampling_params(self.data))
         return keys.canonical(keys.sampling_params(self.data, self.kind))
+
+
+_KINDS = {CHAT_PATH: keys.CHAT, COMPLETION_PATH: keys.COMPLETION,
+          RESPONSES_PATH: openai_responses.RESPONSES}
 
 
 _PYTHON = {"string": (str,), "boolean": (bool,), "number": (int, float), "integer": (int,),
@@ -43,17 +51,23 @@ _WORDS = {"string": "a string", "boolean": "a boolean", "number": "a number",
           "integer": "an integer", "object": "an object", "array": "a list"}
 
 
-def _typed(kind: str) -> dict[str, tuple[tuple[type, ...], bool, str]]:
+def _fields(endpoint: str) -> dict[str, Field]:
+    if endpoint == RESPONSES_PATH:
+        return openai_responses.FIELDS_BY_NAME
+    return keys.fields_of(_KINDS[endpoint])
+
+
+def _typed(endpoint: str) -> dict[str, tuple[tuple[type, ...], bool, str]]:
     """name -> (Python types, whether a bool is allowed, the types in words), from the
     field table."""
     out = {}
-    for name, f in keys.fields_of(kind).items():
+    for name, f in _fields(endpoint).items():
         types = tuple(t for j in f.types for t in _PYTHON[j])
         out[name] = (types, "boolean" in f.types, " or ".join(_WORDS[j] for j in f.types))
     return out
 
 
-_TYPES = {CHAT_PATH: _typed(keys.CHAT), COMPLETION_PATH: _typed(keys.COMPLETION)}
+_TYPES = {path: _typed(path) for path in _KINDS}
 
 
 def _type_name(value: Any) -> str:
@@ -125,7 +139,9 @@ def parse(endpoint: str, body: bytes) -> ReplayRequest:
     if not isinstance(data, dict):
         raise BadRequest(f"the request body must be a JSON object, got {_type_name(data)}")
     _check_types(data, endpoint)
-    kind = keys.CHAT if endpoint == CHAT_PATH else keys.COMPLETION
+    if endpoint == RESPONSES_PATH:
+        return _responses(data)
+    kind = _KINDS[endpoint]
     if kind == keys.CHAT:
         _messages(data)
     elif data.get("prompt") is None:
@@ -151,6 +167,28 @@ def parse(endpoint: str, body: bytes) -> ReplayRequest:
     )
 
 
+def _responses(data: dict[str, Any]) -> ReplayRequest:
+    """A Responses request. Its key is made once the model is known (`responses_key`): a
+    `previous_response_id` is keyed by the conversation that model's saved response holds."""
+    if data.get("input") is None:
+        raise BadRequest("`input` is required", param="input")
+    return ReplayRequest(endpoint=RESPONSES_PATH, model=data.get("model"), n=1,
+                         stream=data.get("stream") is True, include_usage=False, prompts=[],
+                         keys=[], data=data)
+
+
+def responses_key(request: ReplayRequest, previous: dict[str, Any] | None) -> None:
+    """Set a Responses request's keyed prompt and key; `previous` is what its
+    `previous_response_id` names (`openai_responses.previous_of`)."""
+    try:
+        prompt = openai_responses.keyed_input(request.data, previous)
+        request.keys = [keys.key_of(prompt)]
+    except (RecursionError, keys.Unkeyable):
+        raise BadRequest("the request nests JSON objects or lists too deeply to be keyed "
+                         "(at most about 250 levels)") from None
+    request.prompts = [prompt]
+
+
 def models_body(names: list[str], created: int) -> dict[str, Any]:
     """GET /v1/models, shaped like vLLM's list."""
     return {
@@ -166,9 +204,9 @@ def models_body(names: list[str], created: int) -> dict[str, Any]:
 # JSON Schemas for the OpenAPI document (what the fuzzers and readers see), derived from the
 # field table that `_check_types` checks. `additionalProperties` stays open: unknown fields
 # are ignored.
-def _schema(kind: str, required: str, special: dict[str, Any]) -> dict[str, Any]:
+def _schema(endpoint: str, required: str, special: dict[str, Any]) -> dict[str, Any]:
     properties: dict[str, Any] = {}
-    for name, f in keys.fields_of(kind).items():
+    for name, f in _fields(endpoint).items():
         types = list(f.types)
         properties[name] = {"type": types[0]} if len(types) == 1 else {"type": types}
         properties[name]["description"] = f"{f.role}: {f.reason}"
@@ -186,9 +224,9 @@ _COMMON = {
     "stream_options": {"properties": {"include_usage": {"type": "boolean"}}},
     "stop": {"items": {"type": "string"}},
 }
-CHAT_SCHEMA = _schema(keys.CHAT, "messages", {
+CHAT_SCHEMA = _schema(CHAT_PATH, "messages", {
     **_COMMON, "messages": {"minItems": 1, "items": _MESSAGE}})
-COMPLETION_SCHEMA = _schema(keys.COMPLETION, "prompt", {
+COMPLETION_SCHEMA = _schema(COMPLETION_PATH, "prompt", {
     **_COMMON,
     "prompt": {"anyOf": [
         {"type": "string"},
@@ -196,4 +234,7 @@ COMPLETION_SCHEMA = _schema(keys.COMPLETION, "prompt", {
         _TOKENS,
         {"type": "array", "minItems": 1, "items": _TOKENS},
     ]}})
-SCHEMAS = {CHAT_PATH: CHAT_SCHEMA, COMPLETION_PATH: COMPLETION_SCHEMA}
+RESPONSES_SCHEMA = _schema(RESPONSES_PATH, "input", {
+    "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]}})
+SCHEMAS = {CHAT_PATH: CHAT_SCHEMA, COMPLETION_PATH: COMPLETION_SCHEMA,
+           RESPONSES_PATH: RESPONSES_SCHEMA}

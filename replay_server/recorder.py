@@ -2,11 +2,15 @@
 
     client -> recorder -> upstream (vLLM, llama.cpp, OpenAI, ...)
 
-- `/v1/chat/completions` and `/v1/completions` are forwarded with the client's headers
-  (Authorization included; it is never written down) and their answers saved as native
-  records; `/v1/models` is forwarded only.
+- `/v1/chat/completions`, `/v1/completions` and `/v1/responses` are forwarded with the
+  client's headers (Authorization included; it is never written down) and their answers
+  saved as native records; every other path and method (`/v1/models`, embeddings, files,
+  `GET /v1/responses/{id}`, a path the upstream does not have, ...) is forwarded untouched
+  and not saved: the client gets the upstream's own status and body.
 - A stream passes through chunk by chunk as it arrives, while `aggregate.StreamAggregator`
-  rebuilds the body the server would have sent unstreamed.
+  (chat, completions) or `openai_responses.ResponsesStreamAggregator` rebuilds the body the
+  server would have sent unstreamed; the stream's frames are saved too, as sent, so that a
+  replay sends the same deltas in the same order.
 - An exchange is appended as whole lines, flushed and fsynced *before* the client sees its
   end (the response body, or a stream's `data: [DONE]`): an exchange a client has seen
   complete survives a SIGKILL, and concurrent exchanges never interleave within a line.
@@ -45,15 +49,17 @@ from starlette.types import Receive, Scope, Send
 from . import errors
 from .aggregate import StreamAggregator, StreamError
 from .errors import LoadError
+from .openai_responses import RESPONSES_PATH, ResponsesStreamAggregator, ResponsesStreamError
 from .records import (
     CHAT_PATH,
     COMPLETION_PATH,
     ENDPOINTS,
+    batch_parts,
     dump_line,
     make_record,
-    split_batch,
     strip_transport,
 )
+from .sse import Frames
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -133,19 +139,22 @@ class RecordWriter:
 
 
 def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
-                upstream: str, run: str) -> bytes:
-    """The native record line(s) of one exchange (a batched completion: one per prompt)."""
+                upstream: str, run: str, frames: list[str] | None = None) -> bytes:
+    """The native record line(s) of one exchange (a batched completion: one per prompt,
+    each with the batch's usage); a stream's frames are saved with it as they were sent
+    (a streamed batch's are not: its prompts are replayed in small deltas)."""
     request = strip_transport(request)
     model = request.get("model") or response.get("model")
     source = {"harness": "replay-server record", "upstream": upstream, "run": run,
               "time": round(time.time(), 3)}
-    parts = split_batch(request, response) if path == COMPLETION_PATH else [(request, response)]
+    parts = batch_parts(request, response, uuid.uuid4().hex) if path == COMPLETION_PATH \
+        else [(request, response, None)]
     lines = []
-    for part_request, part_response in parts:
+    for part_request, part_response, batch in parts:
         record = make_record(path, model, part_request, part_response, source,
-                             "(recording)", None)
+                             "(recording)", None, batch=batch,
+                             stream=frames if batch is None else None)
         record.source = source  # file and line are where the reader finds the line
-
         lines.append(dump_line(record))
     return b"".join(lines)
 
@@ -162,13 +171,15 @@ class Recorder:
     def summary(self) -> str:
         c = self.counts
         return (f"recorded {c['recorded']} exchanges ({c['records']} records) to "
-                f"{self.writer.path}; upstream errors: {c['upstream_error']}, abandoned by "
+                f"{self.writer.path}; forwarded without saving: {c['forwarded']}; "
+                f"upstream errors: {c['upstream_error']}, abandoned by "
                 f"the client: {c['abandoned']}, failed streams: {c['aborted']}, not "
                 f"recordable: {c['unrecordable']}")
 
-    async def _save(self, path: str, request: dict[str, Any], response: dict[str, Any]) -> None:
+    async def _save(self, path: str, request: dict[str, Any], response: dict[str, Any],
+                    frames: list[str] | None = None) -> None:
         try:
-            lines = records_for(path, request, response, self.upstream, self.run)
+            lines = records_for(path, request, response, self.upstream, self.run, frames)
         except (LoadError, ValueError) as e:
             self.counts["unrecordable"] += 1
             log.warning("not recorded (%s): %s", path, e)
@@ -197,7 +208,8 @@ class Recorder:
             watcher.cancel()
             return self._abandoned(path)
         out_headers = _forward_headers(reply.headers)
-        recordable = path in ENDPOINTS and parsed is not None and reply.status_code == 200
+        recordable = request.method == "POST" and path in ENDPOINTS and parsed is not None \
+            and reply.status_code == 200
         if recordable and parsed is not None and parsed.get("stream") is True:
             watcher.cancel()  # the relay watches the client itself
             return _Relay(self, path, parsed, reply, out_headers)
@@ -213,8 +225,10 @@ class Recorder:
         if content is None or gone.is_set():
             return self._abandoned(path)
         if not recordable:
-            if path in ENDPOINTS:
+            if path in ENDPOINTS and request.method == "POST":
                 self.counts["upstream_error" if reply.status_code != 200 else "unrecordable"] += 1
+            else:
+                self.counts["forwarded"] += 1
         elif (answer := _json_object(content)) is None:
             self.counts["unrecordable"] += 1
         else:
@@ -228,14 +242,19 @@ class Recorder:
         return Response(status_code=499)
 
     async def save_stream(self, path: str, request: dict[str, Any],
-                          aggregator: StreamAggregator) -> bool:
-        """Save a finished stream; once begun, the save completes even if cancelled."""
+                          aggregator: StreamAggregator | ResponsesStreamAggregator,
+                          frames: Frames) -> bool:
+        """Save a finished stream, with its frames as sent; once begun, the save completes
+        even if cancelled."""
         try:
             response = aggregator.result()
-        except StreamError as e:
+        except (StreamError, ResponsesStreamError) as e:
             log.warning("stream not recorded (%s): %s", path, e)
             return False
-        await asyncio.shield(self._save(path, request, response))
+        texts = frames.texts()
+        if texts is None:
+            log.warning("stream (%s) saved without its frames: they are not UTF-8", path)
+        await asyncio.shield(self._save(path, request, response, texts))
         return True
 
     async def close(self) -> None:
@@ -258,7 +277,10 @@ class _Relay(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = asyncio.Event()
         watcher = asyncio.create_task(_watch_disconnect(receive, gone))
-        aggregator = StreamAggregator(self.path == CHAT_PATH)
+        aggregator: StreamAggregator | ResponsesStreamAggregator = (
+            ResponsesStreamAggregator() if self.path == RESPONSES_PATH
+            else StreamAggregator(self.path == CHAT_PATH))
+        frames = Frames()
         saved = broken = False
         try:
             await send({"type": "http.response.start", "status": self.status_code,
@@ -266,11 +288,12 @@ class _Relay(Response):
             async for chunk in _until(self.reply.aiter_bytes(), gone):
                 if not (saved or broken):
                     try:
+                        frames.feed(chunk)
                         if aggregator.feed(chunk) and not gone.is_set():
                             saved = await self.recorder.save_stream(self.path, self.request,
-                                                                    aggregator)
+                                                                    aggregator, frames)
                             broken = not saved
-                    except StreamError as e:
+                    except (StreamError, ResponsesStreamError) as e:
                         log.warning("stream not recorded (%s): %s", self.path, e)
                         broken = True
                 if gone.is_set():
@@ -355,10 +378,6 @@ def create_record_app(recorder: Recorder) -> FastAPI:
     async def forward(request: Request) -> Response:
         return await recorder.forward(request)
 
-    for path in ENDPOINTS:
-        app.add_api_route(path, forward, methods=["POST"], include_in_schema=True)
-    app.add_api_route("/v1/models", forward, methods=["GET"])
-
     @app.get("/health")
     async def health() -> Response:
         return Response(status_code=200)
@@ -368,4 +387,12 @@ def create_record_app(recorder: Recorder) -> FastAPI:
         return Response(orjson.dumps({**recorder.counts, "file": str(recorder.writer.path)}),
                         media_type="application/json")
 
+    # Everything else goes to the upstream, whatever the path and method: only the replay
+    # endpoints' answers are saved.
+    for path in ENDPOINTS:
+        app.add_api_route(path, forward, methods=["POST"], include_in_schema=True)
+    app.add_api_route("/{path:path}", forward, methods=_METHODS, include_in_schema=False)
     return app
+
+
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]

@@ -9,11 +9,18 @@
      "sample_usage": [{...} | null, ...],           # optional: each choice's own usage
      "also_requests": [{...}, ...],                 # optional: other forms of the same
                                                     # request (token ids for a text prompt)
+     "stream": ["data: {...}\n\n", ...],            # optional: the SSE frames as sent
+     "batch": {"id", "index", "size", "usage"},     # optional: the batch a prompt was in
      "source": {"file": ..., "line": ..., "harness": ..., "instance": ...}}
 
-A completion record holds one prompt: a batch is saved as one record per prompt. Every
-reader yields these; the recorder and `convert` write them; the index reads nothing else.
-This module validates and serialises records; it never decides what to serve.
+The endpoint is `/v1/chat/completions`, `/v1/completions` or `/v1/responses` (whose
+`response` is the final response object). A completion record holds one prompt: a batch is
+saved as one record per prompt, each with `batch` (the batch's `usage`, which cannot be
+split, and the prompt's place in it). `stream` is optional (records without it are read as
+before): the frames of a recorded stream, exactly as the upstream sent them, which must
+aggregate to `response`. Every reader yields these; the recorder and `convert` write
+them; the index reads nothing else. This module validates and serialises records; it never
+decides what to serve.
 """
 
 from __future__ import annotations
@@ -25,15 +32,17 @@ from typing import Any
 
 import orjson
 
+from . import aggregate, openai_responses
 from .errors import LoadError
 from .keys import is_token_ids, split_prompts
+from .openai_responses import RESPONSES_PATH
 
 RECORD_VERSION = 1
 MARKER = "replay_record"
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETION_PATH = "/v1/completions"
-ENDPOINTS = (CHAT_PATH, COMPLETION_PATH)
+ENDPOINTS = (CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH)
 
 # Fields that only shape the transport, never the answer: not saved, not compared.
 TRANSPORT_FIELDS = frozenset({"stream", "stream_options", "user"})
@@ -56,6 +65,8 @@ class Record:
     # Other forms in which a client sends this same request (lm-eval's token ids for a
     # saved text prompt): each is keyed too, and answered by this same exchange.
     also: list[dict[str, Any]] | None = None
+    stream: list[str] | None = None  # a recorded stream's SSE frames, as sent
+    batch: dict[str, Any] | None = None  # the batched completion this prompt was part of
 
     @property
     def run(self) -> str:
@@ -85,6 +96,10 @@ class Record:
             out["sample_usage"] = self.sample_usage
         if self.also:
             out["also_requests"] = self.also
+        if self.stream is not None:
+            out["stream"] = self.stream
+        if self.batch is not None:
+            out["batch"] = self.batch
         out["source"] = self.source
         return out
 
@@ -191,12 +206,14 @@ def validate(obj: Any, file: str, line: int | None) -> Record:
     return make_record(obj.get("endpoint", MISSING), obj.get("model", MISSING),
                        obj.get("request", MISSING), obj.get("response"), obj.get("source"),
                        file, line, unusable=obj.get("unusable"),
-                       sample_usage=obj.get("sample_usage"), also=obj.get("also_requests"))
+                       sample_usage=obj.get("sample_usage"), also=obj.get("also_requests"),
+                       stream=obj.get("stream"), batch=obj.get("batch"))
 
 
 def make_record(endpoint: Any, model: Any, request: Any, response: Any, source: Any,
                 file: str, line: int | None, *, unusable: Any = None,
-                sample_usage: Any = None, also: Any = None) -> Record:
+                sample_usage: Any = None, also: Any = None, stream: Any = None,
+                batch: Any = None) -> Record:
     """A native record from its parts, checked exactly as `validate` checks a saved line
     (a LoadError names FILE:LINE and the field): how readers make their records.
 
@@ -215,18 +232,25 @@ def make_record(endpoint: Any, model: Any, request: Any, response: Any, source: 
     _validate_prompt(endpoint, request, _Check(file, line, "request."))
     source = _source(source, file, line, check)
     forms = _also(endpoint, also, check)
+    batch = _batch(batch, endpoint, check)
     if response is None:
         if not isinstance(unusable, str) or not unusable:
             raise check.fail("response", "is null, so `unusable` must say why")
         return Record(endpoint, model, strip_transport(request), None, source, unusable,
-                      origin=file, also=forms)
+                      origin=file, also=forms, batch=batch)
     if not isinstance(response, dict):
         raise check.fail("response", f"expected an object or null, got {_json_type(response)}")
+    if endpoint == RESPONSES_PATH:
+        reason = _responses_unusable(response, _Check(file, line, "response."))
+        frames = _stream(stream, endpoint, response, check)
+        return Record(endpoint, model, strip_transport(request), response, source, reason,
+                      origin=file, also=forms, stream=frames)
     response = normalise_choices(response, endpoint, _Check(file, line, "response."))
     usage = _sample_usage(sample_usage, len(response["choices"]), check)
+    frames = _stream(stream, endpoint, response, check)
     reasons = {choice_unusable(endpoint, c) for c in response["choices"]} - {None}
     record = Record(endpoint, model, strip_transport(request), response, source,
-                    None, usage, origin=file, also=forms)
+                    None, usage, origin=file, also=forms, stream=frames, batch=batch)
     if reasons:
         record.unusable = sorted(r for r in reasons if r)[0]
     return record
@@ -241,6 +265,69 @@ def _also(endpoint: str, also: Any, check: _Check) -> list[dict[str, Any]] | Non
         _validate_prompt(endpoint, request, _Check(check.file, check.line,
                                                    f"also_requests[{i}]."))
     return [strip_transport(r) for r in also] or None
+
+
+# A saved Responses answer with one of these statuses is not an answer (it failed, or was
+# saved before it was done).
+_NOT_DONE = frozenset({"failed", "cancelled", "queued", "in_progress"})
+
+
+def _responses_unusable(response: dict[str, Any], check: _Check) -> str | None:
+    """Check a saved Responses body's shape; why it is not an answer, or None. An empty
+    `output` is an answer (vLLM leaves out the message of an empty text)."""
+    output = check.get(response, "output", list)
+    for i, item in enumerate(output):
+        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+            raise check.fail(f"output[{i}]", "expected an item object with a string `type`")
+        for name in ("content", "summary"):
+            if item.get(name) is not None and not isinstance(item[name], list):
+                raise check.fail(f"output[{i}].{name}", "expected a list of parts or null")
+    status = response.get("status")
+    if status in _NOT_DONE:
+        error = response.get("error")
+        why = f": {orjson.dumps(error).decode()[:200]}" if error else ""
+        return f"the saved response's status is {status!r}{why}"
+    return None
+
+
+def _stream(frames: Any, endpoint: str, response: dict[str, Any], check: _Check
+            ) -> list[str] | None:
+    """The saved frames of a recorded stream, checked: they must aggregate to the saved
+    response (a replay sends them as they are, so they must say what the body says)."""
+    if frames is None:
+        return None
+    if not isinstance(frames, list) or not frames or not all(
+            isinstance(f, str) and f for f in frames):
+        raise check.fail("stream", "expected a non-empty list of SSE frames (strings)")
+    data = "".join(frames).encode()
+    try:
+        if endpoint == RESPONSES_PATH:
+            got = openai_responses.aggregate(data).response
+        else:
+            aggregator = aggregate.StreamAggregator(endpoint == CHAT_PATH)
+            aggregator.feed(data)
+            got = normalise_choices(aggregator.result(), endpoint, check)
+    except (aggregate.StreamError, openai_responses.ResponsesStreamError, LoadError) as e:
+        raise check.fail("stream", f"the saved stream cannot be read: {e}") from None
+    if got != response:
+        raise check.fail("stream", "the saved stream does not aggregate to the saved "
+                         "`response`: a replay would stream another answer than it returns")
+    return frames
+
+
+def _batch(batch: Any, endpoint: str, check: _Check) -> dict[str, Any] | None:
+    if batch is None:
+        return None
+    if endpoint != COMPLETION_PATH or not isinstance(batch, dict):
+        raise check.fail("batch", "expected an object, on a /v1/completions record only")
+    if not isinstance(batch.get("id"), str):
+        raise check.fail("batch.id", "expected a string")
+    size, index = batch.get("size"), batch.get("index")
+    if not (isinstance(size, int) and isinstance(index, int) and 0 <= index < size):
+        raise check.fail("batch", "expected integers `size` and `index`, 0 <= index < size")
+    if batch.get("usage") is not None and not isinstance(batch["usage"], dict):
+        raise check.fail("batch.usage", "expected an object or null")
+    return batch
 
 
 _SCALAR = (str, int, float, bool, type(None))
@@ -260,6 +347,11 @@ def _source(source: Any, file: str, line: int | None, check: _Check) -> dict[str
 
 
 def _validate_prompt(endpoint: str, request: dict[str, Any], check: _Check) -> None:
+    if endpoint == RESPONSES_PATH:
+        value = request.get("input")
+        if not isinstance(value, str | list):
+            raise check.fail("input", "expected a string or a list of input items")
+        return
     if endpoint == CHAT_PATH:
         messages = check.get(request, "messages", list)
         if not messages or not all(isinstance(m, dict) for m in messages):
@@ -349,17 +441,31 @@ def split_batch(
     """One (request, response) per prompt of a batched completion exchange.
 
     Choice `prompt_index * n + j` goes to prompt `prompt_index`. The batch's `usage` covers
-    every prompt together and cannot be split, so each part's usage is null.
+    every prompt together and cannot be split, so each part's usage is null (`batch_parts`
+    also says which batch each part came from, with its usage).
     """
+    return [(r, b) for r, b, _ in batch_parts(request, response, "")]
+
+
+def batch_parts(
+    request: dict[str, Any], response: dict[str, Any], batch_id: str
+) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]]:
+    """(request, response, batch) per prompt of a batched completion exchange: as
+    `split_batch`, and `batch` = `{"id": batch_id, "index", "size", "usage"}` keeps the
+    batch's usage, which a replay of the same batch serves again. A single prompt has no
+    batch."""
     prompts = split_prompts(request.get("prompt"))
     if prompts is None or len(prompts) == 1:
-        return [(request, response)]
+        return [(request, response, None)]
     choices = sorted(response.get("choices") or [], key=lambda c: c.get("index", 0))
     n = len(choices) // len(prompts)
     if n == 0 or n * len(prompts) != len(choices):
         raise ValueError(f"{len(choices)} choices do not split evenly over {len(prompts)} prompts")
-    parts = []
+    parts: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]] = []
     for i, prompt in enumerate(prompts):
         mine = [{**c, "index": j} for j, c in enumerate(choices[i * n:(i + 1) * n])]
-        parts.append(({**request, "prompt": prompt}, {**response, "choices": mine, "usage": None}))
+        batch = {"id": batch_id, "index": i, "size": len(prompts),
+                 "usage": response.get("usage")}
+        parts.append(({**request, "prompt": prompt}, {**response, "choices": mine,
+                                                      "usage": None}, batch))
     return parts

@@ -18,10 +18,11 @@ from urllib.parse import quote
 
 import orjson
 
-from . import keys, nearest, protocol, replies
-from .errors import NoMatch, ReplayError, ReplayServerError
+from . import keys, nearest, protocol, replies, streams
+from .errors import Ambiguous, NoMatch, NotFound, ReplayError, ReplayServerError
 from .index import Entry, Exchange, Index, ModelRun, Selection, entry_of
 from .nearest import first_difference
+from .openai_responses import RESPONSES_PATH
 from .records import CHAT_PATH
 from .samples import Rules, choose
 from .stats import Stats
@@ -66,6 +67,8 @@ class Replayer:
         except ReplayServerError as error:
             self.count(None, endpoint, error)
             raise
+        if endpoint == RESPONSES_PATH:
+            self._key_responses(run, request)
         moves: list[tuple[Any, int]] = []
         chosen = [self._select(run, request, i, prompt, moves)
                   for i, prompt in enumerate(request.prompts)]
@@ -84,8 +87,33 @@ class Replayer:
             return Reply(JSON_HEADERS + [length] + headers, body)
         # Every event is known at once: one write of all of them (chunked, no length),
         # rather than one per event, which only costs time.
-        events = replies.chunks(endpoint, replies.body(selections), request.include_usage)
-        return Reply(SSE_HEADERS + headers, b"".join(events))
+        return Reply(SSE_HEADERS + headers,
+                     streams.stream(endpoint, selections, request.include_usage))
+
+    def _key_responses(self, run: ModelRun, request: protocol.ReplayRequest) -> None:
+        """Key a Responses request; `previous_response_id` by the conversation that the
+        model's saved response of that id holds (`openai_responses.keyed_input`)."""
+        previous = None
+        response_id = request.data.get("previous_response_id")
+        try:
+            if response_id is not None:
+                try:
+                    saved = self.index.saved_response(run.name, response_id)
+                except ValueError as e:
+                    raise Ambiguous(f"`previous_response_id`: {e}; which conversation it "
+                                    "continues cannot be told", param="previous_response_id"
+                                    ) from None
+                if saved is None:
+                    raise NoMatch(
+                        f"`previous_response_id` {response_id!r} names no saved response of "
+                        f"model `{run.name}`: a conversation chained by id replays only from "
+                        "the ids the saved run's responses have (served as saved); was the "
+                        "earlier turn answered by this server?", param="previous_response_id")
+                previous = orjson.loads(saved.previous)
+            protocol.responses_key(request, previous)
+        except ReplayServerError as error:
+            self.count(run.name, request.endpoint, error)
+            raise
 
     def _select(self, run: ModelRun, request: protocol.ReplayRequest, i: int,
                 prompt: dict[str, Any], moves: list[tuple[Any, int]]
@@ -109,6 +137,31 @@ class Replayer:
             moves.append(move)
         return entry, selection
 
+    def retrieve(self, response_id: str, stream: bool) -> Reply:
+        """GET /v1/responses/{id}: a saved Responses answer by its id (as the server that
+        sent it kept it), its body, or streamed as it was; 404 like vLLM for any other."""
+        found = []
+        for model in self.index.response_models(response_id):
+            try:
+                saved = self.index.saved_response(model, response_id)
+            except ValueError as e:
+                raise Ambiguous(str(e), param="response_id") from None
+            if saved is not None:
+                found.append(saved.exchange)
+        if not found:
+            raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+        if len({e.body for e in found}) > 1:
+            raise Ambiguous(f"several saved models answered with the response id "
+                            f"{response_id!r}", param="response_id")
+        exchange = found[0]
+        headers = [(SOURCE_HEADER, _header_value(exchange.where))]
+        if stream:
+            return Reply(SSE_HEADERS + headers,
+                         streams.stream(RESPONSES_PATH, [[(exchange, None)]], False))
+        body = exchange.body
+        return Reply(JSON_HEADERS + [(b"content-length", str(len(body)).encode())] + headers,
+                     body)
+
     def count(self, model: str | None, endpoint: str, error: ReplayServerError) -> None:
         """Count and log, once, a request that gets no saved generation."""
         self.stats.error(model, endpoint, error, **error.detail)
@@ -122,7 +175,7 @@ class Replayer:
                   prompt: dict[str, Any]) -> NoMatch:
         """The miss error: where the nearest saved prompt first differs, said without
         quoting prompt text (the quotes go to the detail: /replay/misses, log, report)."""
-        what = "messages" if request.endpoint == CHAT_PATH else "prompt"
+        what = {CHAT_PATH: "messages", RESPONSES_PATH: "input"}.get(request.endpoint, "prompt")
         message = f"no saved generation for this prompt (model `{model}`, {request.endpoint})."
         found = self.index.catalog(model, prompt["kind"]).nearest(keys.canonical(prompt))
         detail: dict[str, Any] = {"nearest": None, "difference": None}

@@ -9,18 +9,20 @@ byte. Otherwise the body is assembled from the saved exchanges: the first one's 
   one (`sample_usage`), else null;
 - samples of one prompt from several exchanges: prompt_tokens once, completion_tokens
   summed (what the server reports for n > 1), when every part saved both; else null;
-- a batch of prompts: the parts' counts summed, when every part has them; else null.
+- a batch of prompts: the batch's own saved usage when the request is that same saved
+  batch (the same prompts, in the same order, from one recorded exchange); else the
+  parts' counts summed, when every part has them; else null.
+
+Streams are made in `streams.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
 from .index import Selection
-from .records import CHAT_PATH
 
 _COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
@@ -72,12 +74,27 @@ def _sum_usage(usages: list[Any]) -> dict[str, int] | None:
             "total_tokens": prompt + completion}
 
 
+def _same_batch(selections: list[Selection]) -> dict[str, Any] | None:
+    """The saved batch these selections are, whole and in order, or None."""
+    if len(selections) < 2 or any(len(s) != 1 or s[0][1] is not None for s in selections):
+        return None
+    batches = [s[0][0].batch for s in selections]
+    first = batches[0]
+    if first is None or first["size"] != len(selections):
+        return None
+    if all(b is not None and b["id"] == first["id"] and b["index"] == i
+           for i, b in enumerate(batches)):
+        return first
+    return None
+
+
 def body(selections: list[Selection]) -> dict[str, Any]:
     """The response body for a request whose prompts got these selections, in order."""
     parts = [one_prompt(s) for s in selections]
     envelope, _, usage = parts[0]
     if len(parts) > 1:
-        usage = _sum_usage([u for _, _, u in parts])
+        batch = _same_batch(selections)
+        usage = batch["usage"] if batch is not None else _sum_usage([u for _, _, u in parts])
     choices = [c for _, cs, _ in parts for c in cs]
     return {**envelope, "choices": [{**c, "index": i} for i, c in enumerate(choices)],
             "usage": usage}
@@ -88,63 +105,3 @@ def encode(selections: list[Selection]) -> bytes:
     if len(selections) == 1 and len(selections[0]) == 1 and selections[0][0][1] is None:
         return selections[0][0][0].body
     return orjson.dumps(body(selections))
-
-
-def _frame(chunk: dict[str, Any]) -> bytes:
-    return b"data: " + orjson.dumps(chunk) + b"\n\n"
-
-
-DONE = b"data: [DONE]\n\n"
-_ENVELOPE = ("id", "created", "model", "system_fingerprint")
-_REASONING = ("reasoning", "reasoning_content")
-
-
-def _chat_deltas(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    message = choice.get("message") or {}
-    yield {"delta": {"role": message.get("role") or "assistant", "content": ""}}
-    reasoning = {k: message[k] for k in _REASONING if message.get(k) is not None}
-    if reasoning:
-        yield {"delta": reasoning}
-    content = message.get("content")
-    if content:
-        yield {"delta": {"content": content}, "logprobs": choice.get("logprobs")}
-    elif choice.get("logprobs") is not None:
-        yield {"delta": {}, "logprobs": choice.get("logprobs")}
-    for name in ("refusal", "function_call"):
-        if message.get(name) is not None:
-            yield {"delta": {name: message[name]}}
-    calls = message.get("tool_calls")
-    if calls:
-        yield {"delta": {"tool_calls": [{**call, "index": i} for i, call in enumerate(calls)]}}
-
-
-def _completion_deltas(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield {"text": choice.get("text") or "", "logprobs": choice.get("logprobs")}
-
-
-def chunks(endpoint: str, response: dict[str, Any], include_usage: bool) -> Iterator[bytes]:
-    """SSE frames for a response body, framed like vLLM/OpenAI.
-
-    Chat, per choice: a role chunk, reasoning deltas, content deltas, tool-call deltas,
-    then a chunk with `finish_reason`; completions, per choice: the text, then the finish.
-    With `include_usage`, a last chunk with no choices carries `usage`; then `[DONE]`.
-    """
-    chat = endpoint == CHAT_PATH
-    kind = "chat.completion.chunk" if chat else "text_completion"
-    envelope = {"id": response.get("id"), "object": kind}
-    envelope.update((k, response[k]) for k in _ENVELOPE[1:] if k in response)
-    deltas = _chat_deltas if chat else _completion_deltas
-    blank: dict[str, Any] = {"delta": {}} if chat else {"text": ""}
-    for choice in response["choices"]:
-        index = choice["index"]
-        for delta in deltas(choice):
-            part = {"index": index, "logprobs": None, **delta, "finish_reason": None}
-            yield _frame({**envelope, "choices": [part]})
-        finish = {"index": index, **blank, "logprobs": None,
-                  "finish_reason": choice.get("finish_reason")}
-        if "stop_reason" in choice:
-            finish["stop_reason"] = choice["stop_reason"]
-        yield _frame({**envelope, "choices": [finish]})
-    if include_usage:
-        yield _frame({**envelope, "choices": [], "usage": response.get("usage")})
-    yield DONE

@@ -1,4 +1,5 @@
-"""The thin endpoints beside the replay hot path: health, models, status, reset.
+"""The thin endpoints beside the replay hot path: health, models, saved responses by id,
+status, reset.
 
 Each one asks the Replayer and returns; no logic lives here.
 """
@@ -9,6 +10,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from .errors import BadRequest
 from .replay import Replayer
 
 router = APIRouter()
@@ -31,6 +33,21 @@ async def health() -> Response:
 @router.get("/v1/models", summary="The saved models this server answers for (vLLM's shape)")
 async def models(request: Request) -> Response:
     return _json(_replayer(request).models_body())
+
+
+@router.get("/v1/responses/{response_id}",
+            summary="A saved Responses API answer by its id (stream=true: as it was streamed)")
+async def retrieve_response(request: Request, response_id: str, stream: bool = False
+                            ) -> Response:
+    reply = _replayer(request).retrieve(response_id, stream)
+    return Response(reply.body, headers={k.decode(): v.decode() for k, v in reply.headers
+                                         if k != b"content-length"})
+
+
+@router.post("/v1/responses/{response_id}/cancel",
+             summary="Cancel: a replayed answer is never in progress (400, like vLLM)")
+async def cancel_response(request: Request, response_id: str) -> Response:
+    raise BadRequest("Cannot cancel a synchronous response.", param="response_id")
 
 
 @router.get("/replay/status",

@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from . import keys
+from . import keys, openai_responses
 from .errors import Ambiguous, Exhausted, NMismatch, ParamsMismatch, Unusable
 from .index import Entry, Exchange, Instance, Selection, entry_of
 
@@ -50,6 +50,18 @@ def generation_id(choice: dict[str, Any]) -> bytes:
     return hashlib.blake2b(keys.canonical({"s": same}), digest_size=8).digest()
 
 
+def generations(body: dict[str, Any]) -> list[bytes]:
+    """The generation ids of a saved body: one per choice; a Responses answer is one
+    generation, its output items without their ids (which the model never chose: two
+    servers answering alike hand out other ids), its status and why it is incomplete.
+    Call ids are kept: a later turn echoes them, so they are part of what was said."""
+    if "choices" in body:
+        return [generation_id(c) for c in body["choices"]]
+    return [generation_id({"output": openai_responses.output_items(body),
+                           "status": body.get("status"),
+                           "incomplete_details": body.get("incomplete_details")})]
+
+
 def settle(entry: Entry) -> Entry | Exchange:
     """Once every record is in: split usable from unusable instances, decide whether every
     saved sample is one generation, index the samples by seed where each has its own, and
@@ -62,7 +74,7 @@ def settle(entry: Entry) -> Entry | Exchange:
             and usable[0].exchanges[0].n == 1:
         return usable[0].exchanges[0]
     bodies = [orjson.loads(e.body) for i in usable for e in i.exchanges]
-    entry.uniform = len({generation_id(c) for b in bodies for c in b["choices"]}) <= 1
+    entry.uniform = len({g for b in bodies for g in generations(b)}) <= 1
     entry.by_seed = None if entry.uniform else seeds(usable)
     return entry
 

@@ -17,6 +17,7 @@ from .errors import LoadError
 from .index import Index, prompt_of
 from .listen import bind, run_uvicorn, sigterm_as_interrupt
 from .loader import load, report_lines
+from .openai_responses import RESPONSES_PATH
 from .recorder import Recorder, RecordWriter, create_record_app
 from .records import CHAT_PATH
 from .settings import Settings
@@ -59,6 +60,8 @@ def snippet_lines(opened: Opened, base_url: str) -> list[str]:
         body: dict[str, Any] = {"model": model}
         if endpoint == CHAT_PATH:
             body["messages"] = prompt["messages"]
+        elif endpoint == RESPONSES_PATH:
+            body.update((k, _unwrap(v)) for k, v in prompt.items() if k not in ("v", "kind"))
         else:
             body["prompt"] = prompt["prompt"]
         data = orjson.dumps(body).decode()
@@ -71,6 +74,18 @@ def snippet_lines(opened: Opened, base_url: str) -> list[str]:
                       f"messages={prompt['messages']!r})",
                       "  print(r.choices[0].message.content)", "  EOF"]
     return lines
+
+
+def _unwrap(value: Any) -> Any:
+    """A keyed value as a request sends it: verbatim values (schemas, instructions) are
+    kept in the key as `{"$verbatim": JSON}`."""
+    if isinstance(value, dict):
+        if value.keys() == {"$verbatim"} and isinstance(value["$verbatim"], str):
+            return orjson.loads(value["$verbatim"])
+        return {k: _unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwrap(v) for v in value]
+    return value
 
 
 def serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str], None]) -> None:

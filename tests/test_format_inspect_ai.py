@@ -97,7 +97,7 @@ def test_streamed_runs_replay_streamed() -> None:
                     content += choice.delta.content or ""
                     reasoning += getattr(choice.delta, "reasoning", None) or ""
                     names += [t.function.name for t in choice.delta.tool_calls or []
-                              if t.function]
+                              if t.function and t.function.name]
             want = message(call["response"]["choices"][0])
             assert (content or None, reasoning or None) == (want["content"], want["reasoning"])
             assert names == [c["function"]["name"] for c in want["tool_calls"]]
@@ -129,7 +129,8 @@ def test_calls_that_were_not_logged_are_skipped_with_reasons(tmp_path: Path) -> 
     loaded = load([edited(tmp_path, "arith_json", change)], progress=False)
     assert loaded.ctx.skipped == {
         NOT_LOGGED: 1, "answered from inspect's cache (no request was sent)": 1,
-        "not an OpenAI chat-completions call (the request has no messages)": 1,
+        # a request with `input` and no `messages` is read as a Responses API call
+        "not an OpenAI Responses API call (the response has no output)": 1,
         "not an OpenAI chat-completions call (the response has no choices)": 1}
     assert "(sample 'q1', epoch 1, model call 0)" in loaded.ctx.skipped_examples[NOT_LOGGED][0]
     assert loaded.index.models["tiny-model"].records == 3
@@ -292,7 +293,9 @@ def test_inspect_and_convert(tmp_path: Path) -> None:
     cli = [sys.executable, "-m", "replay_server"]
     human = subprocess.run([*cli, "inspect", DATA], capture_output=True, text=True, cwd=ROOT,
                            check=True).stdout
-    assert "model tiny-model: 28 records, 7 prompts" in human
+    # 7 chat prompts (4 logs), 8 Responses API prompts (2 logs: the tool call's follow-up
+    # echoes the call item's id, which differs between the two runs)
+    assert "model tiny-model: 42 records, 15 prompts" in human
     out = tmp_path / "inspect.jsonl"
     subprocess.run([*cli, "convert", DATA, "-o", out], cwd=ROOT, check=True,
                    capture_output=True)

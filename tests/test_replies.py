@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from replay_server import replies
+from replay_server import replies, streams
+from replay_server.aggregate import StreamAggregator
 from replay_server.index import Bodies, Exchange
+from replay_server.openai_responses import aggregate, event_payloads, events_for, frame
 from replay_server.records import CHAT_PATH, COMPLETION_PATH
 
 from .support import chat_response, completion_response
@@ -21,7 +25,7 @@ def exchange(body: dict[str, Any], sample_usage: Any = None) -> Exchange:
 
 
 def frames(endpoint: str, body: dict[str, Any], include_usage: bool) -> list[Any]:
-    raw = b"".join(replies.chunks(endpoint, body, include_usage))
+    raw = b"".join(streams.chunks(endpoint, body, include_usage))
     events = raw.split(b"\n\n")
     assert events[-1] == b""
     assert all(e.startswith(b"data: ") for e in events[:-1])
@@ -71,9 +75,10 @@ def test_chat_stream_framing() -> None:
     assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
     assert {c["id"] for c in chunks} == {body["id"]}
     deltas = [c["choices"][0]["delta"] for c in chunks[:-1]]
-    assert deltas == [{"role": "assistant", "content": ""}, {"reasoning": "2+2=4"},
-                      {"content": "4"}, {}]
-    assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]] == [None, None, None, "stop"]
+    assert deltas == [{"role": "assistant", "content": ""}, {"reasoning": "2"},
+                      {"reasoning": "+"}, {"reasoning": "2"}, {"reasoning": "="},
+                      {"reasoning": "4"}, {"content": "4"}, {}]
+    assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]] == [None] * 7 + ["stop"]
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == body["usage"]
 
 
@@ -98,7 +103,10 @@ def test_tool_calls_stream_as_indexed_deltas() -> None:
     body = chat_response(None, tool_calls=[call], finish="tool_calls")
     got = frames(CHAT_PATH, body, include_usage=False)[:-1]
     deltas = [c["choices"][0]["delta"] for c in got]
-    assert {"tool_calls": [{**call, "index": 0}]} in deltas
+    first = {**call, "index": 0, "function": {"name": "add", "arguments": "{"}}
+    assert {"tool_calls": [first]} in deltas
+    pieces = [d["tool_calls"][0]["function"]["arguments"] for d in deltas if "tool_calls" in d]
+    assert pieces == ["{", '"', "a", '"', ":", " 1", "}"]
     assert got[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
@@ -113,3 +121,46 @@ def test_completion_stream_framing_keeps_logprobs() -> None:
     assert got[1]["choices"][0]["finish_reason"] == "stop"
     assert got[2]["usage"] == body["usage"]
     assert got[3] == b"[DONE]"
+
+
+TEXTS = st.text(st.characters(codec="utf-8"), max_size=80)
+
+
+@settings(max_examples=60, deadline=None)
+@given(content=TEXTS, reasoning=TEXTS, arguments=TEXTS, text=TEXTS)
+def test_small_delta_frames_are_what_encoding_each_chunk_whole_gives(
+        content: str, reasoning: str, arguments: str, text: str) -> None:
+    """The frames made from templates are byte for byte those of encoding each chunk, and
+    join back to the saved answer."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    chat = chat_response(content, reasoning=reasoning or None, tool_calls=[call])
+    for endpoint, body in ((CHAT_PATH, chat), (COMPLETION_PATH, completion_response(text))):
+        raw = b"".join(streams.chunks(endpoint, body, include_usage=True))
+        frames = raw.split(b"\n\n")[:-1]
+        for one in frames[:-1]:
+            assert one == b"data: " + orjson.dumps(orjson.loads(one[6:]))
+        aggregator = StreamAggregator(endpoint == CHAT_PATH)
+        aggregator.feed(raw)
+        got = aggregator.result()["choices"][0]
+        if endpoint == CHAT_PATH:
+            assert got["message"]["content"] == content
+            assert got["message"].get("reasoning") == (reasoning or None)
+            assert got["message"]["tool_calls"][0]["function"]["arguments"] == arguments
+        else:
+            assert got["text"] == text
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=TEXTS, summary=TEXTS, arguments=TEXTS)
+def test_responses_event_frames_are_their_payloads_encoded(text: str, summary: str,
+                                                          arguments: str) -> None:
+    body = {"id": "resp_1", "object": "response", "status": "completed", "output": [
+        {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": summary}],
+         "content": [{"type": "reasoning_text", "text": text}]},
+        {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": text, "annotations": []}]},
+        {"id": "fc_1", "type": "function_call", "call_id": "c", "name": "f",
+         "arguments": arguments, "status": "completed"}], "usage": None}
+    frames = events_for(body)
+    assert frames == [frame(e) for e in event_payloads(body)]
+    assert aggregate(b"".join(frames)).response == body

@@ -1,18 +1,24 @@
 """Reader for inspect_ai eval logs: `.eval` (a zip of JSON members) and `.json`.
 
 Every model call event of every sample is one record, keyed on the request that was sent:
-`call.request` with the messages put back from the sample's call pool (`events_data.calls`
-via `call_refs`, the condensed form), `attachment://` references resolved, `extra_body`
-merged and `extra_headers` dropped (the openai SDK sends it that way), and fields that
-were not given (saved as null) left out. The answer is `call.response` (the openai SDK's
-`model_dump()` of the response: the raw body plus a few SDK-only null fields, dropped here;
-for a streamed call, the SDK's aggregate), else one rebuilt from the event's `output`.
+`call.request` with the messages (or a Responses API call's `input` items) put back from
+the sample's call pool (`events_data.calls` via `call_refs`, the condensed form),
+`attachment://` references resolved, `extra_body` merged and `extra_headers` dropped (the
+openai SDK sends it that way), and fields that were not given (saved as null) left out.
+The answer is `call.response` (the openai SDK's `model_dump()` of the response: the raw
+body plus a few SDK-only null fields, dropped here for chat; for a streamed call, the SDK's
+aggregate), else, for chat, one rebuilt from the event's `output`.
+
+Calls of the `openai/` provider through the Responses API (its default for some models,
+`-M responses_api=true` for any) are `/v1/responses` records: the request's `input`, the
+SDK's dump of the `Response` (every field the SDK knows, null where the server sent none;
+`created_at` an integer again, as servers send it).
 
 Not served (each counted): calls whose `call` was not logged (inspect keeps the first 5
 per model per sample unless `--log-model-api`; its wire conversion of `input` is
 provider-specific, so it is not rebuilt), cache reads, pending calls, calls of failed
 sample attempts, requests whose media inspect did not log, and calls in another API's
-shape (the Responses API, Anthropic, Google...). A failed call is saved as unusable.
+shape (Anthropic, Google...). A failed call is saved as unusable.
 
 The instance is the sample id: its epochs are the k samples of one instance, in epoch order.
 `.eval` members are read one sample at a time (`eval_zip`). A `.json` log is read whole.
@@ -28,6 +34,7 @@ from typing import Any
 import orjson
 
 from ..errors import LoadError
+from ..openai_responses import RESPONSES_PATH
 from ..records import CHAT_PATH, Record, make_record
 from .base import LoadContext, synthetic_id, text_response
 from .eval_zip import eval_samples
@@ -126,13 +133,22 @@ def _record(event: dict[str, Any], pool: list[Any], attachments: dict[str, str],
     request, reason = _wire_request(call, pool, attachments, file)
     saved = _resolve(call.get("response"), attachments)
     unusable = _failure(event, call, saved)
-    if unusable is None and isinstance(saved, dict) and not isinstance(saved.get("choices"),
-                                                                      list):
-        reason = reason or "not an OpenAI chat-completions call (the response has no choices)"
+    responses_api = "messages" not in request and "input" in request
+    answer = "output" if responses_api else "choices"
+    if unusable is None and isinstance(saved, dict) and not isinstance(saved.get(answer), list):
+        reason = reason or ("not an OpenAI Responses API call (the response has no output)"
+                            if responses_api else
+                            "not an OpenAI chat-completions call (the response has no choices)")
     if reason is not None:
         ctx.skip(reason, where)
         return None
     response = None
+    if responses_api:
+        if unusable is None and not isinstance(saved, dict):
+            unusable = "the Responses API call saved no response"
+        response = _raw_responses(saved) if unusable is None else None
+        return make_record(RESPONSES_PATH, request.get("model") or event.get("model"),
+                           request, response, source, file, None, unusable=unusable)
     if unusable is None:
         streamed = call["request"].get("stream") is True
         response = _raw(saved, streamed) if isinstance(saved, dict) else _from_output(
@@ -151,8 +167,10 @@ def _wire_request(call: dict[str, Any], pool: list[Any], attachments: dict[str, 
     refs = call.get("call_refs")
     if refs is not None:
         request[call.get("call_key") or "messages"] = _expand(refs, pool, file)
-    if not isinstance(request.get("messages"), list):
-        return request, "not an OpenAI chat-completions call (the request has no messages)"
+    if not isinstance(request.get("messages"), list) and not isinstance(
+            request.get("input"), str | list):
+        return request, "not an OpenAI chat-completions or Responses API call (the request " \
+                        "has no messages and no input)"
     request = _resolve(request, attachments)
     if _mentions(request, MEDIA_REMOVED):
         return request, "request had image or audio data that inspect does not log"
@@ -219,6 +237,18 @@ def _raw(response: dict[str, Any], streamed: bool) -> dict[str, Any]:
             if not (k in ("metadata", "moderation") and v is None)}
     body["choices"] = [_raw_choice(c, streamed) if isinstance(c, dict) else c
                        for c in body["choices"]]
+    return body
+
+
+def _raw_responses(response: dict[str, Any]) -> dict[str, Any]:
+    """`call.response` of a Responses API call: the SDK's dump keeps every field it knows
+    (null where the server sent none, left as they are: clients read them the same), and
+    holds `created_at` as a float, which servers send as an integer."""
+    body = dict(response)
+    for name in ("created_at", "completed_at"):
+        value = body.get(name)
+        if isinstance(value, float) and value.is_integer():
+            body[name] = int(value)
     return body
 
 

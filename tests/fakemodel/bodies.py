@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import uuid
 from typing import Any
@@ -28,6 +29,10 @@ from .behaviour import (
 )
 
 # --------------------------------------------------------------------------- chat
+
+# dspy's ChatAdapter ends its user message with "Respond with the corresponding output
+# fields, starting with the field `[[ ## answer ## ]]`, ...".
+DSPY_FIELD = re.compile(r"starting with the field `\[\[ ## (\w+) ## \]\]`")
 
 
 def build_chat(fm: FakeModel, body: dict) -> dict:
@@ -91,6 +96,9 @@ def build_chat(fm: FakeModel, body: dict) -> dict:
                 content = f"The answer is {result}."
             else:
                 reasoning, content = chat_answer(key, k, message_text(last_user.get("content")))
+                field = DSPY_FIELD.search(message_text(last_user.get("content")))
+                if field:  # dspy's ChatAdapter asks for its field markers: follow them
+                    content = f"[[ ## {field[1]} ## ]]\n{content}\n\n[[ ## completed ## ]]"
             reasoning, content_out, finish, stop_reason = _limit(
                 reasoning, content, stop, max_tokens
             )
@@ -187,22 +195,28 @@ def chat_chunks(resp: dict, include_usage: bool) -> list[dict]:
             "weight_versions": None,
         }
         if msg.get("tool_calls"):
-            tcs = [{"index": n, **tc} for n, tc in enumerate(msg["tool_calls"])]
-            chunks.append(
-                {
-                    **base,
-                    "choices": [
+            # as vLLM: the call with its name first, then its arguments token by token
+            for n, tc in enumerate(msg["tool_calls"]):
+                args = tc["function"]["arguments"]
+                head = {"index": n, **tc, "function": {**tc["function"], "arguments": ""}}
+                deltas = [head] + [{"index": n, "function": {"arguments": tok}}
+                                   for tok in tokenize(args)]
+                for delta in deltas:
+                    chunks.append(
                         {
-                            "index": i,
-                            "delta": {"tool_calls": tcs},
-                            "logprobs": None,
-                            "finish_reason": None,
-                            "token_ids": None,
+                            **base,
+                            "choices": [
+                                {
+                                    "index": i,
+                                    "delta": {"tool_calls": [delta]},
+                                    "logprobs": None,
+                                    "finish_reason": None,
+                                    "token_ids": None,
+                                }
+                            ],
+                            "kv_transfer_params": None,
                         }
-                    ],
-                    "kv_transfer_params": None,
-                }
-            )
+                    )
             chunks.append(
                 {
                     **base,

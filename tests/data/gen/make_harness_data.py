@@ -261,6 +261,7 @@ def inspect_case(
     extra: list[str],
     log_format: str = "eval",
     convert: bool = False,
+    model: str = f"openai-api/fake/{MODEL}",
 ) -> None:
     """Run the inspect task once; keep its log (with convert: also `inspect log convert`)."""
     work = tmp / case
@@ -268,14 +269,16 @@ def inspect_case(
     wire = work / "wire.jsonl"
     logs = work / "logs"
     with FakeServer(wire, env) as srv:
-        env = dict(env, FAKE_BASE_URL=f"{srv.base}/v1", FAKE_API_KEY="fake-key")
+        # openai-api/fake/... reads FAKE_*, openai/... the OpenAI SDK's own variables
+        env = dict(env, FAKE_BASE_URL=f"{srv.base}/v1", FAKE_API_KEY="fake-key",
+                   OPENAI_BASE_URL=f"{srv.base}/v1")
         run(
             [
                 bin_path("inspect"),
                 "eval",
                 "inspect_arith.py",
                 "--model",
-                f"openai-api/fake/{MODEL}",
+                model,
                 "--log-dir",
                 str(logs),
                 "--log-format",
@@ -387,7 +390,8 @@ def main() -> None:
         nargs="*",
         default=[],
         help="cases: chat_repeats completions_batch loglikelihood_mc "
-        "inspect_arith inspect_arith_json inspect_arith_stream",
+        "inspect_arith inspect_arith_json inspect_arith_stream inspect_responses "
+        "inspect_responses_stream",
     )
     ap.add_argument("--keep-tmp", action="store_true")
     a = ap.parse_args()
@@ -395,7 +399,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="harness-data-"))
     env = offline_env(tmp)
     try:
-        build_tokenizer()
+        if not only or only - {"inspect_responses", "inspect_responses_stream"}:
+            build_tokenizer()
         lm_eval_cases(tmp, env, only)
         if not only or "inspect_arith" in only:
             inspect_case("arith", tmp, env, [], "eval", convert=True)
@@ -403,7 +408,16 @@ def main() -> None:
             inspect_case("arith_json", tmp, env, [], "json")
         if not only or "inspect_arith_stream" in only:
             inspect_case("arith_stream", tmp, env, ["-M", "stream=true"], "eval")
-        check_lm_eval()
+        # the openai/ provider over the Responses API (its default for OpenAI's reasoning
+        # models; any model with responses_api=true)
+        responses = ["-M", "responses_api=true"]
+        if not only or "inspect_responses" in only:
+            inspect_case("responses", tmp, env, responses, "eval", model=f"openai/{MODEL}")
+        if not only or "inspect_responses_stream" in only:
+            inspect_case("responses_stream", tmp, env, [*responses, "-M", "streaming=true"],
+                         "eval", model=f"openai/{MODEL}")
+        if not only or only & {"chat_repeats", "completions_batch", "loglikelihood_mc"}:
+            check_lm_eval()
     finally:
         if a.keep_tmp:
             print("kept", tmp)

@@ -1,0 +1,251 @@
+"""Saved answers -> SSE streams, for chat, completions and the Responses API. No HTTP.
+
+- A recorded stream is sent again as the frames the upstream sent, byte for byte: the same
+  deltas in the same order (for chat and completions, the usage chunk is dropped or added
+  when the request's `stream_options.include_usage` differs from the recording's: the
+  saved usage, which is null then).
+- Any other answer (an import, a non-streamed recording, an answer assembled from several
+  samples) is streamed in small deltas, never as one: `openai_responses.split_deltas`
+  pieces (a word of up to 16 characters, or one other character, with the whitespace
+  before it), or one delta per token where saved logprobs spell out the text. Chat and
+  completions are framed like vLLM/OpenAI; the Responses API gets its typed events
+  (`openai_responses.events_for`).
+
+A stream of small deltas is hundreds of frames that differ only in their text: each kind
+of frame is encoded once as a template (the JSON before and after the text), and each
+delta costs one string encoding, not one dictionary and one encoding of the whole chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from typing import Any, NamedTuple
+
+import orjson
+
+from . import replies
+from .index import Exchange, Selection
+from .openai_responses import RESPONSES_PATH, events_for, split_deltas
+from .records import CHAT_PATH
+from .sse import Frames
+
+DONE = b"data: [DONE]\n\n"
+_ENVELOPE = ("id", "created", "model", "system_fingerprint")
+_REASONING = ("reasoning", "reasoning_content")
+# Stands for the text of a delta in a template; no saved text holds it.
+_MARK = "\x00\x01replay-delta\x01\x00"
+_MARK_JSON = orjson.dumps(_MARK)
+
+
+class Run(NamedTuple):
+    """Deltas that differ only in their text, one per item of `texts`: `marked` is the
+    delta with `_MARK` where the text goes (`shape` names the kind, for its template)."""
+
+    shape: Hashable
+    marked: dict[str, Any]
+    texts: list[str]
+
+
+Delta = dict[str, Any] | Run
+
+
+def _frame(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+def _whole(selections: list[Selection]) -> Exchange | None:
+    """The one saved exchange that answers the request whole, if that is the case."""
+    if len(selections) == 1 and len(selections[0]) == 1 and selections[0][0][1] is None:
+        return selections[0][0][0]
+    return None
+
+
+def stream(endpoint: str, selections: list[Selection], include_usage: bool) -> bytes:
+    """The whole SSE stream for a request: the recorded frames when one recorded stream
+    answers it whole, else frames made from the body in small deltas."""
+    whole = _whole(selections)
+    if endpoint == RESPONSES_PATH:
+        assert whole is not None  # one sample per request: always one whole exchange
+        frames = whole.frames
+        return frames if frames is not None else b"".join(events_for(orjson.loads(whole.body)))
+    if whole is not None and whole.stream is not None:
+        frames = whole.frames
+        assert frames is not None
+        if whole.stream[2] == include_usage:
+            return frames
+        return _with_usage(endpoint, frames, whole, include_usage)
+    return b"".join(chunks(endpoint, replies.body(selections), include_usage))
+
+
+def _with_usage(endpoint: str, frames: bytes, exchange: Exchange, include_usage: bool
+                ) -> bytes:
+    """Recorded frames, with the usage chunk dropped (not asked for) or added before
+    `[DONE]` (asked for, but the recording had none: the saved usage, null)."""
+    split = Frames()
+    split.feed(frames)
+    split.finish()
+    kept = [f for f in split.frames if not _is_usage_chunk(f)]
+    if not include_usage:
+        return b"".join(kept)
+    saved = orjson.loads(exchange.body)
+    usage = _frame({**_envelope(endpoint, saved), "choices": [], "usage": saved.get("usage")})
+    at = next((i for i, f in enumerate(kept) if b"[DONE]" in f), len(kept))
+    return b"".join(kept[:at] + [usage] + kept[at:])
+
+
+def _is_usage_chunk(frame: bytes) -> bool:
+    for line in frame.splitlines():
+        if line.startswith(b"data:") and b'"usage"' in line:
+            try:
+                chunk = orjson.loads(line[5:].strip())
+            except orjson.JSONDecodeError:
+                return False
+            return isinstance(chunk, dict) and chunk.get("choices") == [] and \
+                chunk.get("usage") is not None
+    return False
+
+
+def _envelope(endpoint: str, response: dict[str, Any]) -> dict[str, Any]:
+    kind = "chat.completion.chunk" if endpoint == CHAT_PATH else "text_completion"
+    envelope = {"id": response.get("id"), "object": kind}
+    envelope.update((k, response[k]) for k in _ENVELOPE[1:] if k in response)
+    return envelope
+
+
+# --------------------------------------------------------------------------- deltas
+
+
+def _pieces(name: str, text: str) -> Run:
+    """`text` in small deltas, each `{"delta": {name: piece}}`."""
+    return Run(name, {"delta": {name: _MARK}}, split_deltas(text))
+
+
+def _token_entries(text: str, logprobs: Any) -> list[dict[str, Any]] | None:
+    """The saved chat logprob entries when their tokens spell out `text` exactly."""
+    entries = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(entries, list) or not entries or not all(
+            isinstance(e, dict) and isinstance(e.get("token"), str) for e in entries):
+        return None
+    return entries if "".join(e["token"] for e in entries) == text else None
+
+
+def _chat_content(content: str, logprobs: Any) -> Iterator[Delta]:
+    entries = _token_entries(content, logprobs)
+    if entries is not None:
+        assert isinstance(logprobs, dict)
+        for n, entry in enumerate(entries):  # the other lists (refusal) go with the first
+            yield {"delta": {"content": entry["token"]},
+                   "logprobs": {**logprobs, "content": [entry]} if n == 0 else {"content": [entry]}}
+        return
+    pieces = split_deltas(content)
+    if logprobs is not None and pieces:  # logprobs that do not spell it: with the first
+        yield {"delta": {"content": pieces.pop(0)}, "logprobs": logprobs}
+    yield Run("content", {"delta": {"content": _MARK}}, pieces)
+
+
+def _tool_call_deltas(calls: list[Any]) -> Iterator[Delta]:
+    """Each call opens with its id, type, name and first piece of arguments; then the rest
+    of its arguments, piece by piece."""
+    for i, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if not isinstance(arguments, str) or not isinstance(function, dict):
+            yield {"delta": {"tool_calls": [{**call, "index": i}]}}
+            continue
+        pieces = split_deltas(arguments) or [""]
+        yield {"delta": {"tool_calls": [
+            {**call, "index": i, "function": {**function, "arguments": pieces[0]}}]}}
+        marked = {"delta": {"tool_calls": [{"index": i, "function": {"arguments": _MARK}}]}}
+        yield Run(("tool_call", i), marked, pieces[1:])
+
+
+def _chat_deltas(choice: dict[str, Any]) -> Iterator[Delta]:
+    message = choice.get("message") or {}
+    yield {"delta": {"role": message.get("role") or "assistant", "content": ""}}
+    for name in _REASONING:
+        if message.get(name):
+            yield _pieces(name, message[name])
+    content = message.get("content")
+    if content and isinstance(content, str):
+        yield from _chat_content(content, choice.get("logprobs"))
+    elif content:
+        yield {"delta": {"content": content}, "logprobs": choice.get("logprobs")}
+    elif choice.get("logprobs") is not None:
+        yield {"delta": {}, "logprobs": choice.get("logprobs")}
+    if message.get("refusal"):
+        yield _pieces("refusal", message["refusal"])
+    elif message.get("refusal") is not None:
+        yield {"delta": {"refusal": message["refusal"]}}
+    if message.get("function_call") is not None:
+        yield {"delta": {"function_call": message["function_call"]}}
+    calls = message.get("tool_calls")
+    if calls:
+        yield from _tool_call_deltas(calls)
+
+
+_LOGPROB_LISTS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+
+
+def _completion_deltas(choice: dict[str, Any]) -> Iterator[Delta]:
+    text = choice.get("text") or ""
+    logprobs = choice.get("logprobs")
+    tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
+    if isinstance(logprobs, dict) and isinstance(tokens, list) and tokens and all(
+            isinstance(t, str) for t in tokens) and "".join(tokens) == text and all(
+            isinstance(logprobs.get(k), list) and len(logprobs[k]) == len(tokens)
+            for k in _LOGPROB_LISTS if k in logprobs):
+        for i in range(len(tokens)):  # one token per delta, with its logprobs
+            sliced = {k: (v[i:i + 1] if k in _LOGPROB_LISTS else v) for k, v in logprobs.items()}
+            yield {"text": tokens[i], "logprobs": sliced}
+        return
+    pieces = split_deltas(text) or [""]
+    yield {"text": pieces[0], "logprobs": logprobs}
+    yield Run("text", {"text": _MARK, "logprobs": None}, pieces[1:])
+
+
+def chunks(endpoint: str, response: dict[str, Any], include_usage: bool) -> Iterator[bytes]:
+    """SSE frames for a chat or completions body, framed like vLLM/OpenAI, in small deltas.
+
+    Chat, per choice: a role chunk, reasoning deltas, content deltas (with their
+    logprobs), refusal, tool-call deltas (the call, then its arguments piece by piece),
+    then a chunk with `finish_reason`; completions, per choice: the text piece by piece,
+    then the finish. With `include_usage`, a last chunk with no choices carries `usage`;
+    then `[DONE]`.
+    """
+    chat = endpoint == CHAT_PATH
+    envelope = _envelope(endpoint, response)
+    deltas = _chat_deltas if chat else _completion_deltas
+    blank: dict[str, Any] = {"delta": {}} if chat else {"text": ""}
+    for choice in response["choices"]:
+        index = choice["index"]
+        for delta in deltas(choice):
+            if isinstance(delta, Run):
+                yield _run(envelope, index, delta)
+                continue
+            part = {"index": index, "logprobs": None, **delta, "finish_reason": None}
+            yield _frame({**envelope, "choices": [part]})
+        finish = {"index": index, **blank, "logprobs": None,
+                  "finish_reason": choice.get("finish_reason")}
+        if "stop_reason" in choice:
+            finish["stop_reason"] = choice["stop_reason"]
+        yield _frame({**envelope, "choices": [finish]})
+    if include_usage:
+        yield _frame({**envelope, "choices": [], "usage": response.get("usage")})
+    yield DONE
+
+
+def _run(envelope: dict[str, Any], index: int, run: Run) -> bytes:
+    """The frames of a run of deltas: the frame encoded once, split where the text goes,
+    and each text put in (exactly what encoding each frame whole gives)."""
+    part = {"index": index, "logprobs": None, **run.marked, "finish_reason": None}
+    around = _frame({**envelope, "choices": [part]}).split(_MARK_JSON)
+    if len(around) == 2:
+        head, tail = around
+        dumps = orjson.dumps
+        return b"".join([head + dumps(text) + tail for text in run.texts])
+    # a saved field holds the mark itself (never, in practice): encode each frame whole
+    marked = orjson.dumps(run.marked)
+    return b"".join(_frame({**envelope, "choices": [{
+        "index": index, "logprobs": None,
+        **orjson.loads(marked.replace(_MARK_JSON, orjson.dumps(text))), "finish_reason": None}]})
+        for text in run.texts)
