@@ -7,7 +7,6 @@
     │   └── ModelNotFound        404, like vLLM: "The model `X` does not exist."
     ├── MethodNotAllowed         405
     ├── PayloadTooLarge          413
-    ├── RequestTimeout           408, the client sent its request too slowly
     ├── BadGateway               502, the recorder's upstream cannot be reached
     └── ReplayError              400, a replay decision; `code` says which
         ├── NoMatch              replay_no_match
@@ -121,11 +120,6 @@ class MethodNotAllowed(ReplayServerError):
 class PayloadTooLarge(ReplayServerError):
     status = 413
     type = "PayloadTooLarge"
-
-
-class RequestTimeout(ReplayServerError):
-    status = 408
-    type = "RequestTimeout"
 
 
 class BadGateway(ReplayServerError):

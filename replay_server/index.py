@@ -78,6 +78,8 @@ class Exchange:
     stream: tuple[int, int, bool] | None = None
     # The batched completion this prompt was saved from: {"id", "index", "size", "usage"}.
     batch: dict[str, Any] | None = None
+    # The `x-replay-source` header value, made on the first answer (not compared).
+    source_header: bytes | None = field(default=None, compare=False)
 
     @property
     def body(self) -> bytes:

@@ -13,7 +13,7 @@ vLLM's extra parameters, with its reason:
 
 A field the table does not know is treated as *strict*: `--strict` compares it.
 
-The key is a 16-byte BLAKE2b hash of the canonical JSON (sorted keys, compact separators,
+The key is 16 bytes of the SHA-256 of the canonical JSON (sorted keys, compact separators,
 UTF-8 kept) of the endpoint kind and the *key* fields the request sets. Normalised, and
 only this (KEY_VERSION 2):
 1. key order inside JSON objects, except inside a JSON Schema or other verbatim value
@@ -388,7 +388,9 @@ def canonical(prompt: dict[str, Any]) -> bytes:
 
 
 def digest(canonical_json: bytes) -> bytes:
-    return hashlib.blake2b(canonical_json, digest_size=16).digest()
+    """16 bytes of SHA-256 (hardware-accelerated on most CPUs: about twice BLAKE2b's speed
+    on a prompt-sized input, and this is on every request)."""
+    return hashlib.sha256(canonical_json).digest()[:16]
 
 
 def key_of(prompt: dict[str, Any]) -> bytes:

@@ -1,8 +1,8 @@
 """Where the servers listen: a bound socket, and uvicorn run the one way they all use.
 
 Every server here (serve, run, the workers, the recorder) runs uvicorn with httptools and
-`SlowClientProtocol`, which cuts off a client that does not send its request's headers in
-time; the replay app cuts off a slow body itself (408).
+`SlowClientProtocol`, which cuts off a client that does not send a whole request (headers
+and body) in time. Timing it here, once per request, costs the request path nothing.
 """
 
 from __future__ import annotations
@@ -35,10 +35,9 @@ def bind(host: str, port: int) -> tuple[socket.socket, str]:
 
 
 class SlowClientProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP protocol, but a client that has not sent a request's headers within
-    `read_timeout` seconds of connecting (or of starting the request) is cut off: trickled
-    headers would otherwise hold the connection forever. (A slow body is cut off by the
-    app, with a 408.)"""
+    """uvicorn's HTTP protocol, but a client that has not sent a whole request (headers and
+    body) within `read_timeout` seconds of connecting (or of starting the request) is cut
+    off: a trickled request would otherwise hold the connection forever."""
 
     read_timeout: float = DEFAULT_READ_TIMEOUT
     _deadline: asyncio.TimerHandle | None = None
@@ -52,9 +51,9 @@ class SlowClientProtocol(HttpToolsProtocol):
         if self._deadline is None:
             self._arm()
 
-    def on_headers_complete(self) -> None:
+    def on_message_complete(self) -> None:
         self._disarm()
-        super().on_headers_complete()
+        super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

@@ -79,12 +79,12 @@ def _type_name(value: Any) -> str:
 
 def _check_types(data: dict[str, Any], endpoint: str) -> None:
     typed = _TYPES[endpoint]
-    for name in data.keys() & typed.keys():
-        value = data[name]
-        if value is None:
+    for name, value in data.items():
+        known = typed.get(name)
+        if known is None or value is None:
             continue
-        types, bools, words = typed[name]
-        if not isinstance(value, types) or (isinstance(value, bool) and not bools):
+        types, bools, words = known
+        if not isinstance(value, types) or (value.__class__ is bool and not bools):
             raise BadRequest(f"`{name}` must be {words}, got {_type_name(value)}", param=name)
     stop = data.get("stop")
     if isinstance(stop, list) and not all(isinstance(s, str) for s in stop):
@@ -130,11 +130,11 @@ def _messages(data: dict[str, Any]) -> None:
 
 def parse(endpoint: str, body: bytes) -> ReplayRequest:
     """A checked replay request from raw body bytes, or BadRequest naming the field."""
-    if not body.strip():
-        raise BadRequest("the request body is empty: send a JSON object")
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as e:
+        if not body.strip():
+            raise BadRequest("the request body is empty: send a JSON object") from None
         raise BadRequest(f"the request body is not valid JSON: {e}") from None
     if not isinstance(data, dict):
         raise BadRequest(f"the request body must be a JSON object, got {_type_name(data)}")

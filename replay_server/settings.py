@@ -50,9 +50,9 @@ class Settings:
     max_body_size: int = _setting(
         DEFAULT_MAX_BODY, "Largest request body accepted, in bytes; larger ones get 413.")
     read_timeout: float = _setting(
-        DEFAULT_READ_TIMEOUT, "Seconds a client has to send a request's headers and body; "
-        "a slower one is cut off (408), so that trickling clients cannot hold connections "
-        "forever.")
+        DEFAULT_READ_TIMEOUT, "Seconds a client has to send a whole request (headers and "
+        "body); a slower one is disconnected, so that trickling clients cannot hold "
+        "connections forever.")
     workers: int = _setting(
         1, "Worker processes. More than 1 needs an index file (`replay-server index`), "
         "which the workers share.")

@@ -47,7 +47,9 @@ class Stats:
         self.tracked: dict[tuple[str, str, str], dict[str, Any]] | None = None
         # Used choices by exchange; `Exchange.start` identifies an exchange (its offset in
         # the run's body buffer, kept as is in an index file).
-        self.used: dict[int, set[int]] = {}
+        # Used choices by exchange, as a bit mask (choice i is bit i); `Exchange.start`
+        # identifies an exchange.
+        self.used: dict[int, int] = {}
         self.used_samples: Counter[str] = Counter()
         self.on_error: Callable[[dict[str, Any]], None] | None = None
 
@@ -70,14 +72,15 @@ class Stats:
             # every sample is the same generation: all of them are used
             picks = [(e, None) for i in entry.instances for e in i.exchanges]
         for exchange, choice in picks:
-            used = self.used.get(exchange.start)
-            if used is None:
-                used = self.used[exchange.start] = set()
-            elif len(used) == exchange.n:
-                continue  # all used already: the usual repeat, kept cheap
-            before = len(used)
-            used.update(range(exchange.n) if choice is None else (choice,))
-            self.used_samples[model] += len(used) - before
+            self.use(model, exchange, choice)
+
+    def use(self, model: str, exchange: Exchange, choice: int | None) -> None:
+        """Mark one saved sample (or a whole exchange: choice None) as asked for."""
+        before = self.used.get(exchange.start, 0)
+        mask = before | ((1 << exchange.n) - 1 if choice is None else 1 << choice)
+        if mask != before:
+            self.used[exchange.start] = mask
+            self.used_samples[model] += mask.bit_count() - before.bit_count()
 
     def served(self, model: str, endpoint: str, key: bytes, where: str) -> None:
         """One prompt answered (tracked only when a report was asked for)."""
@@ -144,7 +147,7 @@ class Stats:
         for value in self.index.models[model].entries.values():
             for instance in entry_of(value).instances:
                 for exchange in instance.exchanges:
-                    if len(self.used.get(exchange.start, ())) < exchange.n:
+                    if self.used.get(exchange.start, 0).bit_count() < exchange.n:
                         found.append(exchange.where)
                         if len(found) >= limit:
                             return found
