@@ -55,9 +55,16 @@ _TRIGGERS = re.compile("|".join("[ _]".join(re.escape(w) for w in re.split("[ _]
                                 for p in TRIGGER_PHRASES), re.IGNORECASE)
 
 
+_PLAIN = tuple(p.replace("_", " ") for p in TRIGGER_PHRASES)
+
+
 def _defuse(message: str) -> str:
     """The message with every trigger phrase broken by an invisible word joiner after its
-    first character: it reads the same, but matches no harness's pattern."""
+    first character: it reads the same, but matches no harness's pattern. (Substring tests
+    first: the regular expression is slow, and most messages hold no such phrase.)"""
+    plain = message.lower().replace("_", " ")
+    if not any(p in plain for p in _PLAIN):
+        return message
     return _TRIGGERS.sub(lambda m: m.group(0)[0] + "\u2060" + m.group(0)[1:], message)
 
 

@@ -25,9 +25,9 @@ import orjson
 
 from . import replies
 from .index import Exchange, Selection
-from .openai_responses import RESPONSES_PATH, events_for, split_deltas
+from .openai_responses import PIECE, RESPONSES_PATH, events_for, first_piece, split_deltas
 from .records import CHAT_PATH
-from .sse import Frames
+from .sse import Frames, fill
 
 DONE = b"data: [DONE]\n\n"
 _ENVELOPE = ("id", "created", "model", "system_fingerprint")
@@ -38,12 +38,12 @@ _MARK_JSON = orjson.dumps(_MARK)
 
 
 class Run(NamedTuple):
-    """Deltas that differ only in their text, one per item of `texts`: `marked` is the
-    delta with `_MARK` where the text goes (`shape` names the kind, for its template)."""
+    """Deltas that differ only in their text, one per piece of `text` (`split_deltas`):
+    `marked` is the delta with `_MARK` where the text goes (`shape` names the kind)."""
 
     shape: Hashable
     marked: dict[str, Any]
-    texts: list[str]
+    text: str
 
 
 Delta = dict[str, Any] | Run
@@ -117,7 +117,7 @@ def _envelope(endpoint: str, response: dict[str, Any]) -> dict[str, Any]:
 
 def _pieces(name: str, text: str) -> Run:
     """`text` in small deltas, each `{"delta": {name: piece}}`."""
-    return Run(name, {"delta": {name: _MARK}}, split_deltas(text))
+    return Run(name, {"delta": {name: _MARK}}, text)
 
 
 def _token_entries(text: str, logprobs: Any) -> list[dict[str, Any]] | None:
@@ -137,10 +137,11 @@ def _chat_content(content: str, logprobs: Any) -> Iterator[Delta]:
             yield {"delta": {"content": entry["token"]},
                    "logprobs": {**logprobs, "content": [entry]} if n == 0 else {"content": [entry]}}
         return
-    pieces = split_deltas(content)
-    if logprobs is not None and pieces:  # logprobs that do not spell it: with the first
-        yield {"delta": {"content": pieces.pop(0)}, "logprobs": logprobs}
-    yield Run("content", {"delta": {"content": _MARK}}, pieces)
+    if logprobs is not None:  # logprobs that do not spell it: with the first piece
+        first = first_piece(content)
+        yield {"delta": {"content": first}, "logprobs": logprobs}
+        content = content[len(first):]
+    yield Run("content", {"delta": {"content": _MARK}}, content)
 
 
 def _tool_call_deltas(calls: list[Any]) -> Iterator[Delta]:
@@ -152,11 +153,11 @@ def _tool_call_deltas(calls: list[Any]) -> Iterator[Delta]:
         if not isinstance(arguments, str) or not isinstance(function, dict):
             yield {"delta": {"tool_calls": [{**call, "index": i}]}}
             continue
-        pieces = split_deltas(arguments) or [""]
+        first = first_piece(arguments)
         yield {"delta": {"tool_calls": [
-            {**call, "index": i, "function": {**function, "arguments": pieces[0]}}]}}
+            {**call, "index": i, "function": {**function, "arguments": first}}]}}
         marked = {"delta": {"tool_calls": [{"index": i, "function": {"arguments": _MARK}}]}}
-        yield Run(("tool_call", i), marked, pieces[1:])
+        yield Run(("tool_call", i), marked, arguments[len(first):])
 
 
 def _chat_deltas(choice: dict[str, Any]) -> Iterator[Delta]:
@@ -198,9 +199,9 @@ def _completion_deltas(choice: dict[str, Any]) -> Iterator[Delta]:
             sliced = {k: (v[i:i + 1] if k in _LOGPROB_LISTS else v) for k, v in logprobs.items()}
             yield {"text": tokens[i], "logprobs": sliced}
         return
-    pieces = split_deltas(text) or [""]
-    yield {"text": pieces[0], "logprobs": logprobs}
-    yield Run("text", {"text": _MARK, "logprobs": None}, pieces[1:])
+    first = first_piece(text)
+    yield {"text": first, "logprobs": logprobs}
+    yield Run("text", {"text": _MARK, "logprobs": None}, text[len(first):])
 
 
 def chunks(endpoint: str, response: dict[str, Any], include_usage: bool) -> Iterator[bytes]:
@@ -236,16 +237,14 @@ def chunks(endpoint: str, response: dict[str, Any], include_usage: bool) -> Iter
 
 def _run(envelope: dict[str, Any], index: int, run: Run) -> bytes:
     """The frames of a run of deltas: the frame encoded once, split where the text goes,
-    and each text put in (exactly what encoding each frame whole gives)."""
+    and the pieces put in (exactly what encoding each frame whole gives)."""
     part = {"index": index, "logprobs": None, **run.marked, "finish_reason": None}
     around = _frame({**envelope, "choices": [part]}).split(_MARK_JSON)
     if len(around) == 2:
-        head, tail = around
-        dumps = orjson.dumps
-        return b"".join([head + dumps(text) + tail for text in run.texts])
+        return fill(around[0], around[1], run.text, PIECE)
     # a saved field holds the mark itself (never, in practice): encode each frame whole
     marked = orjson.dumps(run.marked)
     return b"".join(_frame({**envelope, "choices": [{
         "index": index, "logprobs": None,
         **orjson.loads(marked.replace(_MARK_JSON, orjson.dumps(text))), "finish_reason": None}]})
-        for text in run.texts)
+        for text in split_deltas(run.text))

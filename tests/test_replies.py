@@ -11,8 +11,17 @@ from hypothesis import strategies as st
 from replay_server import replies, streams
 from replay_server.aggregate import StreamAggregator
 from replay_server.index import Bodies, Exchange
-from replay_server.openai_responses import aggregate, event_payloads, events_for, frame
+from replay_server.openai_responses import (
+    PIECE,
+    aggregate,
+    event_payloads,
+    events_for,
+    first_piece,
+    frame,
+    split_deltas,
+)
 from replay_server.records import CHAT_PATH, COMPLETION_PATH
+from replay_server.sse import escaped, fill
 
 from .support import chat_response, completion_response
 
@@ -164,3 +173,23 @@ def test_responses_event_frames_are_their_payloads_encoded(text: str, summary: s
     frames = events_for(body)
     assert frames == [frame(e) for e in event_payloads(body)]
     assert aggregate(b"".join(frames)).response == body
+
+
+ATOMS = st.sampled_from(list("ab é漢\n\t\"\\ \x00.,!x1\x1f") + ["\\u0000", "  ", "a" * 21])
+
+
+@settings(max_examples=500)
+@given(st.lists(ATOMS, max_size=30).map("".join))
+def test_frames_made_in_one_pass_are_the_frames_encoded_one_by_one(text: str) -> None:
+    """sse.fill (one escape of the whole text) equals encoding each piece's frame."""
+    pieces = split_deltas(text)
+    assert first_piece(text) == (pieces[0] if pieces else "")
+    head, tail = b'data: {"x":', b'}\n\n'
+    assert fill(head, tail, text, PIECE) == b"".join(
+        head + orjson.dumps(p) + tail for p in pieces)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.lists(ATOMS, max_size=4).map("".join), max_size=12))
+def test_texts_escaped_together_are_escaped_as_one_by_one(texts: list[str]) -> None:
+    assert escaped(texts) == [orjson.dumps(t)[1:-1] for t in texts]

@@ -40,10 +40,10 @@ from .stream_in import (
     aggregate,
     check_stream,
 )
-from .stream_out import event_payloads, events_for, frame, split_deltas
+from .stream_out import PIECE, event_payloads, events_for, first_piece, frame, split_deltas
 
 __all__ = ["FIELDS", "FIELDS_BY_NAME", "KEY_VERSION", "RESPONSES", "RESPONSES_PATH",
            "Aggregated", "NeedsPrevious", "ResponsesStreamAggregator", "ResponsesStreamError",
            "aggregate", "check_stream", "event_payloads", "events_for", "frame",
            "input_items", "keyed_input", "markdown_table", "output_items", "previous_of",
-           "sampling_params", "split_deltas"]
+           "sampling_params", "split_deltas", "PIECE", "first_piece"]

@@ -9,9 +9,18 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from ..sse import escaped
 from .stream_in import PART_TEXT, STREAMED_FIELD
 
-_PIECE = re.compile(r"\s*(?:\w{1,16}|[^\w\s])")
+PIECE = re.compile(r"\s*(?:\w{1,16}|[^\w\s])")
+
+
+def first_piece(text: str) -> str:
+    """`split_deltas(text)[0]` ("" for an empty text), without cutting the rest."""
+    found = PIECE.match(text)
+    if found is None or PIECE.search(text, found.end()) is None:
+        return text  # no piece (an empty or blank text), or one: it is the whole text
+    return found.group(0)
 
 
 def split_deltas(text: str) -> list[str]:
@@ -22,7 +31,7 @@ def split_deltas(text: str) -> list[str]:
     So a text of two words or more is never one piece, and an empty text is no piece at
     all. The same rule suits chat/completions streams.
     """
-    pieces: list[str] = _PIECE.findall(text)
+    pieces: list[str] = PIECE.findall(text)
     used = sum(map(len, pieces))
     if used < len(text):  # only trailing whitespace is left over
         if pieces:
@@ -136,9 +145,9 @@ def _run_frames(run: _Run, first: int) -> list[bytes]:
                        **{k: (text if v is _MARK else v) for k, v in run.fields.items()}})
                 for n, text in enumerate(run.texts)]
     head, middle, tail = parts
-    dumps = orjson.dumps
-    return [head + str(first + n).encode() + middle + dumps(text) + tail
-            for n, text in enumerate(run.texts)]
+    middle, tail = middle + b'"', b'"' + tail  # the quotes of the text
+    return [b"%s%d%s%s%s" % (head, first + n, middle, text, tail)
+            for n, text in enumerate(escaped(run.texts))]
 
 
 def _skeleton(item: dict[str, Any]) -> dict[str, Any]:
