@@ -11,6 +11,7 @@ Saved files are only ever opened for reading.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -191,6 +192,10 @@ def load(paths: Sequence[str | Path], *, skip_bad_lines: bool = False,
     builder = Builder()
     per_file: Counter[tuple[str, str]] = Counter()
     examples: dict[str, Record] = {}
+    # The cyclic garbage collector would walk the growing index again and again while it
+    # is built (nothing in it is garbage): off until the load is done.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         for record in read(planned, ctx):
             try:
@@ -201,9 +206,11 @@ def load(paths: Sequence[str | Path], *, skip_bad_lines: bool = False,
             per_file[(str(record.source.get("file")), record.model)] += 1
             if record.response is not None and "previous_response_id" not in record.request:
                 examples.setdefault(record.endpoint, record)
+        index = builder.build(aliases)
     finally:
         bar.close()
-    index = builder.build(aliases)
+        if collecting:
+            gc.enable()
     return Loaded(index, planned, ctx, time.perf_counter() - start, examples, per_file)
 
 

@@ -368,7 +368,7 @@ def normalise_choices(response: dict[str, Any], endpoint: str, check: _Check) ->
     choices = check.get(response, "choices", list)
     if not choices or not all(isinstance(c, dict) for c in choices):
         raise check.fail("choices", "expected a non-empty list of choice objects")
-    if all(isinstance(c.get("index"), int) for c in choices):
+    if len(choices) > 1 and all(isinstance(c.get("index"), int) for c in choices):
         choices = sorted(choices, key=lambda c: c["index"])
     want = "message" if endpoint == CHAT_PATH else "text"
     for i, choice in enumerate(choices):
@@ -376,6 +376,9 @@ def normalise_choices(response: dict[str, Any], endpoint: str, check: _Check) ->
             raise check.fail(f"choices[{i}].{want}", "missing")
         if isinstance(choice.get("message"), dict):
             _check_message(choice["message"], check, f"choices[{i}]")
+    if all(c.get("index") == i for i, c in enumerate(choices)) and choices is response[
+            "choices"]:
+        return response  # already in order and indexed (the usual case): not copied
     return {**response, "choices": [{**c, "index": i} for i, c in enumerate(choices)]}
 
 
