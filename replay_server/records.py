@@ -292,27 +292,35 @@ def _responses_unusable(response: dict[str, Any], check: _Check) -> str | None:
 
 def _stream(frames: Any, endpoint: str, response: dict[str, Any], check: _Check
             ) -> list[str] | None:
-    """The saved frames of a recorded stream, checked: they must aggregate to the saved
-    response (a replay sends them as they are, so they must say what the body says)."""
+    """The saved frames of a recorded stream, checked for shape. That they aggregate to
+    the saved response (a replay sends them as they are) is checked the first time they
+    are served (`stream_mismatch`): aggregating hundreds of frames per record would make
+    loading a big recording many times slower."""
     if frames is None:
         return None
     if not isinstance(frames, list) or not frames or not all(
             isinstance(f, str) and f for f in frames):
         raise check.fail("stream", "expected a non-empty list of SSE frames (strings)")
-    data = "".join(frames).encode()
+    return frames
+
+
+def stream_mismatch(endpoint: str, frames: bytes, response: dict[str, Any]) -> str | None:
+    """Why saved frames cannot be served for this saved response, or None: they must
+    aggregate to it exactly, or a streamed replay would send another answer than a plain
+    one (a response edited by hand, its frames left as they were)."""
     try:
         if endpoint == RESPONSES_PATH:
-            got = openai_responses.aggregate(data).response
+            got = openai_responses.aggregate(frames).response
         else:
             aggregator = aggregate.StreamAggregator(endpoint == CHAT_PATH)
-            aggregator.feed(data)
-            got = normalise_choices(aggregator.result(), endpoint, check)
+            aggregator.feed(frames)
+            got = normalise_choices(aggregator.result(), endpoint, _Check("(stream)", None))
     except (aggregate.StreamError, openai_responses.ResponsesStreamError, LoadError) as e:
-        raise check.fail("stream", f"the saved stream cannot be read: {e}") from None
+        return f"the saved stream cannot be read: {e}"
     if got != response:
-        raise check.fail("stream", "the saved stream does not aggregate to the saved "
-                         "`response`: a replay would stream another answer than it returns")
-    return frames
+        return ("the saved stream does not aggregate to the saved `response`: a streamed "
+                "replay would send another answer than a plain one")
+    return None
 
 
 def _batch(batch: Any, endpoint: str, check: _Check) -> dict[str, Any] | None:

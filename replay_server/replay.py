@@ -19,11 +19,11 @@ from urllib.parse import quote
 import orjson
 
 from . import keys, nearest, protocol, replies, streams
-from .errors import Ambiguous, NoMatch, NotFound, ReplayError, ReplayServerError
+from .errors import Ambiguous, NoMatch, NotFound, ReplayError, ReplayServerError, Unusable
 from .index import Entry, Exchange, Index, ModelRun, Selection, entry_of
 from .nearest import first_difference
 from .openai_responses import RESPONSES_PATH
-from .records import CHAT_PATH
+from .records import CHAT_PATH, stream_mismatch
 from .samples import Rules, choose
 from .stats import Stats
 
@@ -59,6 +59,7 @@ class Replayer:
         self.index = index
         self.rules = rules
         self.cursors: dict[Any, int] = {}
+        self._frames_ok: set[int] = set()  # exchanges whose recorded frames were checked
         self.stats = Stats(index)
         self.started = time.time()
 
@@ -87,12 +88,14 @@ class Replayer:
                   for i, prompt in enumerate(request.prompts)]
         for cursor_key, value in moves:
             self.cursors[cursor_key] = value
+        selections = [selection for _, selection in chosen]
+        if request.stream:
+            self._check_frames(run.name, endpoint, selections)
         for entry, selection in chosen:
             self.stats.hit(run.name, entry, selection)
         if self.stats.tracked is not None:
             for key, (_, selection) in zip(request.keys, chosen, strict=True):
                 self.stats.served(run.name, endpoint, key, selection[0][0].where)
-        selections = [selection for _, selection in chosen]
         headers = [(SOURCE_HEADER, _source_header(selections[0][0][0]))]
         if not request.stream:
             body = replies.encode(selections)
@@ -107,6 +110,8 @@ class Replayer:
                ) -> Reply:
         """One whole saved exchange answers the request: what `handle` does in general
         (samples.choose would pick it), in fewer steps, as most requests are this."""
+        if request.stream and exchange.stream is not None:
+            self._check_frames(run.name, request.endpoint, [[(exchange, None)]])
         self.stats.counts[run.name]["hits"] += 1
         self.stats.use(run.name, exchange, None)
         source = (SOURCE_HEADER, _source_header(exchange))
@@ -115,6 +120,23 @@ class Replayer:
                 request.endpoint, [[(exchange, None)]], request.include_usage))
         body = exchange.body
         return Reply([*JSON_HEADERS, (b"content-length", b"%d" % len(body)), source], body)
+
+    def _check_frames(self, model: str | None, endpoint: str, selections: list[Selection]
+                      ) -> None:
+        """Recorded frames are served only if they aggregate to the saved response (checked
+        once per exchange, the first time it is streamed: see records.stream_mismatch)."""
+        exchange = streams.recorded(selections)
+        if exchange is None or exchange.start in self._frames_ok:
+            return
+        frames = exchange.frames
+        assert frames is not None
+        why = stream_mismatch(endpoint, frames, orjson.loads(exchange.body))
+        if why is not None:
+            error = Unusable(f"this prompt was saved, but its saved stream cannot be replayed: "
+                             f"{why} (saved at {exchange.where})")
+            self.count(model, endpoint, error)
+            raise error
+        self._frames_ok.add(exchange.start)
 
     def _key_responses(self, run: ModelRun, request: protocol.ReplayRequest) -> None:
         """Key a Responses request; `previous_response_id` by the conversation that the
@@ -182,6 +204,7 @@ class Replayer:
         exchange = found[0]
         headers = [(SOURCE_HEADER, _header_value(exchange.where))]
         if stream:
+            self._check_frames(None, RESPONSES_PATH, [[(exchange, None)]])
             return Reply(SSE_HEADERS + headers,
                          streams.stream(RESPONSES_PATH, [[(exchange, None)]], False))
         body = exchange.body

@@ -53,6 +53,12 @@ def _frame(chunk: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
 
+def recorded(selections: list[Selection]) -> Exchange | None:
+    """The exchange whose recorded frames `stream` sends for these selections, if any."""
+    whole = _whole(selections)
+    return whole if whole is not None and whole.stream is not None else None
+
+
 def _whole(selections: list[Selection]) -> Exchange | None:
     """The one saved exchange that answers the request whole, if that is the case."""
     if len(selections) == 1 and len(selections[0]) == 1 and selections[0][0][1] is None:

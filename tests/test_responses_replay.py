@@ -16,7 +16,7 @@ from replay_server.errors import LoadError
 from replay_server.loader import load
 from replay_server.openai_responses import RESPONSES_PATH, aggregate, events_for
 from replay_server.recorder import Recorder, RecordWriter, create_record_app
-from replay_server.records import validate
+from replay_server.records import stream_mismatch, validate
 from replay_server.settings import Settings
 
 from .fakemodel.server import create_app as fake_model
@@ -204,11 +204,27 @@ def test_responses_records_are_checked_with_file_and_line(tmp_path: Path) -> Non
         validate(no_input, "f.jsonl", 7)
     frames = [f.decode() for f in events_for(saved("Hello there.")["response"])]
     assert validate({**saved("Hello there."), "stream": frames}, "f", 1).stream == frames
-    with pytest.raises(LoadError, match=r"f:2: field `stream`: the saved stream does not "
-                                        "aggregate"):
-        validate({**saved("Hello!"), "stream": frames}, "f", 2)
     with pytest.raises(LoadError, match=r"field `stream`: expected a non-empty list"):
         validate({**saved("x"), "stream": "data: x"}, "f", 2)
+
+
+def test_frames_that_do_not_aggregate_to_the_saved_response_are_never_streamed(
+        tmp_path: Path) -> None:
+    """A response edited by hand, its frames left as they were: checked when first
+    streamed (checking every record's frames at load would make loading slow)."""
+    frames = [f.decode() for f in events_for(saved("Hello there.")["response"])]
+    edited = {**saved("Hello!"), "stream": frames}
+    assert "does not aggregate" in (stream_mismatch(
+        RESPONSES_PATH, "".join(frames).encode(), edited["response"]) or "")
+    path = write_jsonl(tmp_path / "run.jsonl", [edited])
+    with serving([path]) as url:
+        plain = httpx.post(url + "/responses", json={"model": MODEL, "input": "hi"})
+        assert plain.json()["output"][0]["content"][0]["text"] == "Hello!"
+        for _ in range(2):
+            streamed = httpx.post(url + "/responses", json={"model": MODEL, "input": "hi",
+                                                          "stream": True})
+            error = assert_error(streamed, 400, "replay_unusable")
+            assert "does not aggregate" in error["message"] and "run.jsonl:1" in error["message"]
 
 
 def test_strict_mode_compares_the_responses_sampling_fields(tmp_path: Path) -> None:
