@@ -84,20 +84,26 @@ def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str],
     opened = open_run(paths, settings)
     for line in opened.report:
         say(line)
+    # Everything is built before the ready line: a SIGTERM right after it then lands in
+    # uvicorn's start, never in building the app (where Python 3.11 turns the interrupt it
+    # raises, if it comes during an eval, into an exit by SIGINT).
+    app = None
     if settings.workers > 1:
         workers.check(opened.index, settings)
+    else:
+        app = create_app(settings, opened.index)
+        # The index lives as long as the server: moved out of the garbage collector's
+        # sight, a full collection no longer walks millions of its objects and stalls
+        # requests.
+        gc.collect()
+        gc.freeze()
     sock, base_url = bind(settings.host, settings.port)
     say(f"replay-server: ready on {base_url}")
     for line in snippet_lines(opened, base_url):
         say(line)
-    if settings.workers > 1:
+    if app is None:
         workers.run(paths, settings, sock)
         return
-    app = create_app(settings, opened.index)
-    # The index lives as long as the server: moved out of the garbage collector's sight, a
-    # full collection no longer walks millions of its objects and stalls requests.
-    gc.collect()
-    gc.freeze()
     run_uvicorn(app, sock, settings)
     say("replay-server: stopped")
 
@@ -116,12 +122,13 @@ def _record(upstream: str, out: Path, host: str, port: int, log_level: str,
     if writer.set_aside is not None:
         say(f"warning: {out} ended with a cut line (a crash?); moved it to {writer.set_aside}")
     recorder = Recorder(upstream, writer)
+    app = create_record_app(recorder)  # before the ready line, as in _serve
     sock, base_url = bind(host, port)
     say(f"replay-server record: forwarding to {recorder.upstream}, saving to {out}")
     say(f"replay-server record: ready on {base_url}")
     say(f"  export OPENAI_BASE_URL={base_url}")
     try:
-        run_uvicorn(create_record_app(recorder), sock, Settings(log_level=log_level))
+        run_uvicorn(app, sock, Settings(log_level=log_level))
     finally:
         writer.close()
         say(recorder.summary())
