@@ -1,11 +1,17 @@
-"""Test helpers: record builders, a real uvicorn on a free port, and the error-shape check."""
+"""Test helpers: record builders, a real uvicorn on a free port, the `replay-server`
+command in the background, and the error-shape check."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,6 +28,8 @@ from replay_server.server import open_run
 from replay_server.settings import Settings
 
 MODEL = "test/model"
+ROOT = Path(__file__).parent.parent
+CLI = [sys.executable, "-m", "replay_server"]
 
 
 def chat_response(*texts: str | None, finish: str = "stop", usage: Any = "auto",
@@ -82,6 +90,14 @@ def build(records: list[Record], **aliases: str) -> Index:
     return indexing.build(records, aliases or None)
 
 
+def wait_for(condition: Callable[[], object], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition never became true")
+        time.sleep(0.01)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -118,6 +134,77 @@ def serving(paths: list[Path] | list[str], settings: Settings | None = None) -> 
     opened = open_run(paths, settings)
     with running(create_app(settings, opened.index)) as url:
         yield url
+
+
+class Spawned:
+    """A `replay-server` command running in the background (see `spawn`). Its stdout and
+    stderr are read as they come, into `lines`, so that its logging never blocks it."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str] | None) -> None:
+        self.proc = subprocess.Popen(
+            argv, cwd=cwd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
+        self.lines: list[str] = []
+        self.url = ""  # the /v1 base URL of its "ready on URL" line
+        self.ended = False
+        self.ready = threading.Event()  # set on the ready line, or when output ends
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if not self.url and (found := re.search(r"ready on (http://\S+/v1)$", line)):
+                self.url = found[1]
+                self.ready.set()
+        self.ready.set()
+
+    @property
+    def base(self) -> str:
+        """The server's root URL (without /v1)."""
+        return self.url.removesuffix("/v1")
+
+    @property
+    def output(self) -> str:
+        """What it printed so far; all of it once it has ended (`wait`, `stop`)."""
+        return "".join(self.lines)
+
+    def wait(self, timeout: float = 30) -> int:
+        """Wait for it to end (killed after `timeout` seconds); its exit status."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        finally:
+            self._reader.join(10)
+            assert self.proc.stdout is not None
+            self.proc.stdout.close()
+            self.ended = True
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 30) -> int:
+        """Send `sig` (unless it has ended already) and wait for it; its exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.wait(timeout)
+
+
+@contextmanager
+def spawn(*argv: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
+          timeout: float = 30) -> Iterator[Spawned]:
+    """`replay-server ARGV --port 0` in the background, once it says "ready on URL".
+    Whatever the test leaves running is interrupted (SIGINT) and waited for at the end."""
+    spawned = Spawned([*CLI, *argv, "--port", "0"], cwd, env)
+    try:
+        if not spawned.ready.wait(timeout) or not spawned.url:
+            spawned.stop(signal.SIGKILL)
+            raise AssertionError(f"{' '.join(argv)}: no ready line\n{spawned.output}")
+        yield spawned
+    finally:
+        if not spawned.ended:
+            spawned.stop()
 
 
 def assert_error(response: httpx.Response, status: int, code: Any = None,

@@ -4,7 +4,10 @@ hostile review found (one test per finding, named after it)."""
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -32,7 +35,9 @@ from replay_server.samples import Rules
 from replay_server.settings import Settings
 
 from .support import (
+    CLI,
     MODEL,
+    ROOT,
     assert_error,
     build,
     chat_record,
@@ -40,12 +45,10 @@ from .support import (
     completion_response,
     running,
     serving,
+    spawn,
     user,
     write_jsonl,
 )
-
-ROOT = Path(__file__).parent.parent
-CLI = [sys.executable, "-m", "replay_server"]
 
 
 def chat_key(**request: Any) -> bytes:
@@ -539,17 +542,10 @@ def test_a_chunk_the_recorder_cannot_aggregate_passes_through_unsaved(
 @pytest.mark.parametrize("wait", [0.0, 1.0])  # while uvicorn starts, and while it serves
 def test_sigterm_drains_summarises_and_exits_0(tmp_path: Path, command: list[str], said: str,
                                                wait: float) -> None:
-    with subprocess.Popen([*CLI, *command, "--port", "0"], stderr=subprocess.PIPE, text=True,
-                          cwd=tmp_path) as proc:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if "ready on" in line:
-                break
+    with spawn(*command, cwd=tmp_path) as server:
         time.sleep(wait)
-        proc.send_signal(15)
-        _, rest = proc.communicate(timeout=20)
-        assert proc.returncode == 0, rest
-    assert said in rest
+        assert server.stop(signal.SIGTERM, timeout=20) == 0, server.output
+    assert said in server.output.split("ready on", 1)[1]
 
 
 # --- 15. no silent security holes, no unbounded costs -----------------------------------
@@ -560,19 +556,15 @@ def test_an_empty_api_key_is_refused(how: str) -> None:
     env = {"REPLAY_SERVER_API_KEY": ""} if how == "env" else {}
     result = subprocess.run([*CLI, "serve", "examples/", "--port", "0", *args],
                             capture_output=True, text=True, cwd=ROOT, timeout=30,
-                            env={**__import__("os").environ, **env})
+                            env={**os.environ, **env})
     assert result.returncode == 2
     assert "set but empty" in result.stderr
 
 
 @pytest.mark.http
-def test_a_client_trickling_its_headers_is_cut_off(tmp_path: Path) -> None:
-    import socket
-    with subprocess.Popen([*CLI, "serve", "examples/", "--port", "0", "--read-timeout", "1"],
-                          stderr=subprocess.PIPE, text=True, cwd=ROOT) as proc:
-        assert proc.stderr is not None
-        url = next(line.split()[-1] for line in proc.stderr if "ready on" in line)
-        host, port = url.split("//")[1].split("/")[0].split(":")
+def test_a_client_trickling_its_headers_is_cut_off() -> None:
+    with spawn("serve", "examples/", "--read-timeout", "1") as server:
+        host, port = server.base.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port))) as sock:
             sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
             sock.settimeout(5)
@@ -584,8 +576,6 @@ def test_a_client_trickling_its_headers_is_cut_off(tmp_path: Path) -> None:
                          b"Content-Length: 100\r\n\r\n{")
             sock.settimeout(5)
             assert b" 408 " in sock.recv(1000).split(b"\r\n")[0] + b" "
-        proc.terminate()
-        proc.stderr.read()
 
 
 def test_a_line_over_the_cap_is_a_bad_line_named(tmp_path: Path) -> None:

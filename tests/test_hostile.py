@@ -3,13 +3,8 @@ the API key; the server answers every one in the envelope and keeps serving."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import socket
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,11 +28,12 @@ from .support import (
     completion_record,
     completion_response,
     running,
+    spawn,
     user,
+    write_jsonl,
 )
 
 pytestmark = pytest.mark.http
-ROOT = Path(__file__).parent.parent
 RECORDS = [chat_record("q", chat_response("a")),
            completion_record("p", completion_response(" b"), line=2)]
 APP = create_app(Settings(max_body_size=1 << 20), build(RECORDS))
@@ -123,34 +119,21 @@ def test_a_barrage_of_garbage_leaves_the_server_answering_correctly(base: str) -
 def test_memory_stays_flat_under_a_barrage(tmp_path: Path) -> None:
     """In its own process, so that its resident memory can be read: after a warm-up
     barrage, thousands more garbage requests do not grow it."""
-    saved = tmp_path / "run.jsonl"
-    saved.write_bytes(b"".join(__import__("orjson").dumps(r.to_json()) + b"\n"
-                               for r in RECORDS))
-    proc = subprocess.Popen([sys.executable, "-m", "replay_server", "serve", str(saved),
-                             "--port", "0", "--log-level", "error"], cwd=ROOT, text=True,
-                            stderr=subprocess.PIPE)
-    assert proc.stderr is not None
-    url = next(m.group(1) for line in proc.stderr
-               if (m := re.search(r"ready on (http://\S+)/v1", line)))
-    threading.Thread(target=proc.stderr.read, daemon=True).start()
+    saved = write_jsonl(tmp_path / "run.jsonl", RECORDS)
     bad = list(garbage())
-    try:
-        with httpx.Client(timeout=30) as client:
-            def barrage(rounds: int) -> None:
-                for _ in range(rounds):
-                    for method, path, headers, body in bad:
-                        assert_envelope(client.request(method, url + path, headers=headers,
-                                                       content=body))
-            barrage(60)
-            before = rss(proc.pid)
-            barrage(120)
-            after = rss(proc.pid)
-        valid_chat(url)
-        assert after - before < 8 << 20, f"RSS grew {after - before} bytes"
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(20)
-        proc.stderr.close()
+    with spawn("serve", str(saved), "--log-level", "error") as server, \
+            httpx.Client(timeout=30) as client:
+        def barrage(rounds: int) -> None:
+            for _ in range(rounds):
+                for method, path, headers, body in bad:
+                    assert_envelope(client.request(method, server.base + path,
+                                                   headers=headers, content=body))
+        barrage(60)
+        before = rss(server.proc.pid)
+        barrage(120)
+        after = rss(server.proc.pid)
+        valid_chat(server.base)
+    assert after - before < 8 << 20, f"RSS grew {after - before} bytes"
 
 
 def test_a_client_that_goes_silent_or_vanishes_does_not_hurt_others(base: str) -> None:
@@ -202,29 +185,17 @@ def test_the_right_key_is_let_in_and_a_wrong_one_is_not_retried(keyed: str) -> N
 
 
 def test_the_key_never_reaches_the_logs(tmp_path: Path) -> None:
-    saved = tmp_path / "run.jsonl"
-    saved.write_bytes(__import__("orjson").dumps(RECORDS[0].to_json()) + b"\n")
-    env = {**os.environ, "REPLAY_SERVER_API_KEY": "k-9f8e7d"}
-    proc = subprocess.Popen([sys.executable, "-m", "replay_server", "serve", str(saved),
-                             "--port", "0", "--access-log", "--log-level", "debug"],
-                            cwd=ROOT, text=True, stderr=subprocess.PIPE,
-                            stdout=subprocess.PIPE, env=env)
-    assert proc.stderr is not None
-    lines = []
-    for line in proc.stderr:
-        lines.append(line)
-        if found := re.search(r"ready on (http://\S+)/v1", line):
-            break
-    url = found.group(1)
-    client = httpx.Client()
-    client.post(url + "/v1/chat/completions", headers={"authorization": "Bearer k-9f8e7d"},
-                json={"model": MODEL, "messages": user("nope")})
-    client.post(url + "/v1/chat/completions", headers={"authorization": "Bearer guess-123"},
-                json={"model": MODEL, "messages": user("q")})
-    client.close()
-    proc.send_signal(signal.SIGINT)
-    out, rest = proc.communicate(timeout=20)
-    log = "".join(lines) + rest + out  # uvicorn's access log goes to stdout
+    saved = write_jsonl(tmp_path / "run.jsonl", RECORDS[:1])
+    with spawn("serve", str(saved), "--access-log", "--log-level", "debug",
+               env={"REPLAY_SERVER_API_KEY": "k-9f8e7d"}) as server, httpx.Client() as client:
+        client.post(server.url + "/chat/completions",
+                    headers={"authorization": "Bearer k-9f8e7d"},
+                    json={"model": MODEL, "messages": user("nope")})
+        client.post(server.url + "/chat/completions",
+                    headers={"authorization": "Bearer guess-123"},
+                    json={"model": MODEL, "messages": user("q")})
+        server.stop()
+    log = server.output  # uvicorn's access log (stdout) too
     assert "replay_no_match" in log and "401" in log
     assert "k-9f8e7d" not in log and "guess-123" not in log
 

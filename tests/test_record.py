@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import re
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,10 +24,9 @@ from replay_server.recorder import Recorder, RecordWriter, create_record_app
 from replay_server.records import CHAT_PATH
 
 from .fakemodel.server import create_app as fake_model
-from .support import running, serving
+from .support import running, serving, spawn, wait_for
 
 pytestmark = pytest.mark.http
-ROOT = Path(__file__).parent.parent
 MODEL = "tiny-model"
 
 
@@ -189,14 +185,6 @@ def staged_upstream(release: threading.Event, die: bool = False) -> Starlette:
 STREAM = {"model": "m", "messages": question(1), "stream": True}
 
 
-def wait_for(condition: Any) -> None:
-    for _ in range(6000):
-        if condition():
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("condition never became true")
-
-
 def test_a_stream_reaches_the_client_as_it_arrives(tmp_path: Path) -> None:
     """The upstream sends one chunk and then waits: the client must already have it."""
     release = threading.Event()
@@ -256,44 +244,35 @@ def test_two_recorders_cannot_write_one_file(tmp_path: Path) -> None:
 def test_sigkill_loses_no_acknowledged_exchange_and_leaves_no_torn_line(
         upstream: str, tmp_path: Path) -> None:
     out = tmp_path / "killed.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "replay_server", "record", "--upstream",
-                             upstream, "--out", str(out), "--port", "0", "--log-level",
-                             "warning"], stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    assert proc.stderr is not None
-    url = next(m.group(1) for line in proc.stderr
-               if (m := re.search(r"ready on (http://\S+/v1)", line)))
-    drain = threading.Thread(target=proc.stderr.read, daemon=True)
-    drain.start()
     acknowledged: list[str] = []
     lock = threading.Lock()
 
-    def client(worker: int) -> None:
-        http = httpx.Client(timeout=10)
-        for i in range(1000):
-            content = f"What is {worker} + {i}?"
-            body = {"model": MODEL, "messages": [{"role": "user", "content": content}],
-                    "stream": i % 2 == 0}
-            try:
-                r = http.post(url + "/chat/completions", json=body)
-                complete = r.status_code == 200 and (
-                    not body["stream"] or r.text.endswith("data: [DONE]\n\n"))
-            except httpx.HTTPError:
-                return
-            if complete:
-                with lock:
-                    acknowledged.append(content)
+    def client(url: str, worker: int) -> None:
+        with httpx.Client(timeout=10) as http:
+            for i in range(1000):
+                content = f"What is {worker} + {i}?"
+                body = {"model": MODEL, "messages": [{"role": "user", "content": content}],
+                        "stream": i % 2 == 0}
+                try:
+                    r = http.post(url + "/chat/completions", json=body)
+                    complete = r.status_code == 200 and (
+                        not body["stream"] or r.text.endswith("data: [DONE]\n\n"))
+                except httpx.HTTPError:
+                    return
+                if complete:
+                    with lock:
+                        acknowledged.append(content)
 
-    workers = [threading.Thread(target=client, args=(w,)) for w in range(16)]
-    for w in workers:
-        w.start()
-    wait_for(lambda: len(acknowledged) >= 200 or proc.poll() is not None)
-    assert proc.poll() is None, "the recorder died on its own"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    drain.join(10)
-    proc.stderr.close()
-    for w in workers:
-        w.join(30)
+    with spawn("record", "--upstream", upstream, "--out", str(out), "--log-level",
+               "warning") as recording:
+        workers = [threading.Thread(target=client, args=(recording.url, w)) for w in range(16)]
+        for w in workers:
+            w.start()
+        wait_for(lambda: len(acknowledged) >= 200 or recording.proc.poll() is not None)
+        assert recording.proc.poll() is None, "the recorder died on its own"
+        recording.stop(signal.SIGKILL)
+        for w in workers:
+            w.join(30)
     data = out.read_bytes()
     assert data.endswith(b"\n"), "a torn last line"
     saved = {orjson.loads(line)["request"]["messages"][0]["content"]
