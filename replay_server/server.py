@@ -51,6 +51,11 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
     return Opened(index, report, index.examples())
 
 
+# the snippet's openai-python line: the request body is its argument, as curl's is
+_OPENAI_CHAT = ("import json, sys; from openai import OpenAI; r = OpenAI().chat.completions"
+                ".create(**json.loads(sys.argv[1])); print(r.choices[0].message.content)")
+
+
 def snippet_lines(opened: Opened, base_url: str) -> list[str]:
     """Ready-to-paste commands that replay one saved prompt."""
     lines = [f"  export OPENAI_BASE_URL={base_url} OPENAI_API_KEY=replay"]
@@ -63,12 +68,9 @@ def snippet_lines(opened: Opened, base_url: str) -> list[str]:
         data = orjson.dumps(body).decode()
         lines.append(f"  curl -s {base_url.removesuffix('/v1')}{endpoint} "
                      f"-H 'Content-Type: application/json' -d {shlex.quote(data)}")
-        if endpoint == CHAT_PATH:
+        if endpoint == CHAT_PATH:  # one line: pasted with its indent, it still runs
             lines += ["  # or, with the openai package installed (pip install openai):",
-                      "  python - <<'EOF'", "  from openai import OpenAI",
-                      f"  r = OpenAI().chat.completions.create(model={model!r}, "
-                      f"messages={prompt['messages']!r})",
-                      "  print(r.choices[0].message.content)", "  EOF"]
+                      f"  python -c {shlex.quote(_OPENAI_CHAT)} {shlex.quote(data)}"]
     return lines
 
 

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from replay_server import errors
 from replay_server.settings import SETTINGS, flag, markdown_table
 
-from .support import CLI, ROOT, Spawned, spawn
+from .support import CLI, ROOT, Spawned, spawn, wait_for
 
 README = (ROOT / "README.md").read_text()
 
@@ -27,11 +29,44 @@ def example() -> Iterator[Spawned]:
         assert server.stop() == 0
 
 
+def printed_snippet(server: Spawned) -> str:
+    """The commands `serve` printed under its ready line, as printed."""
+    wait_for(lambda: "Application startup complete" in server.output)  # printed before it
+    after = server.output.split(f"ready on {server.url}\n", 1)[1]
+    return "\n".join(itertools.takewhile(lambda line: line.startswith("  "),
+                                         after.splitlines()))
+
+
+def json_and_text(out: str) -> list[Any]:
+    """Output of commands run one after another: each JSON body (curl ends none with a
+    newline) and each run of other text, stripped, in order."""
+    pieces: list[Any] = []
+    at = 0
+    while at < len(out):
+        if out[at] == "{":
+            body, at = json.JSONDecoder().raw_decode(out, at)
+            pieces.append(body)
+        else:
+            end = out.find("{", at)
+            end = len(out) if end < 0 else end
+            if text := out[at:end].strip():
+                pieces.append(text)
+            at = end
+    return pieces
+
+
 @pytest.mark.http
 def test_serve_prints_a_snippet_that_works(example: Spawned) -> None:
-    r = httpx.post(example.url + "/completions",
-                   json={"model": "demo/tiny-chat-model", "prompt": "The capital of France is"})
-    assert r.json()["choices"][0]["text"] == " Paris."
+    snippet = printed_snippet(example)
+    assert f"export OPENAI_BASE_URL={example.url} " in snippet
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # openai's python
+    done = subprocess.run(["bash"], input=snippet, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    chat, printed, completion = json_and_text(done.stdout)
+    assert chat["choices"][0]["message"]["content"] == printed == "4"
+    assert completion["choices"][0]["text"] == " Paris."
 
 
 @pytest.mark.http

@@ -173,12 +173,16 @@ def test_an_api_key_guards_every_route_but_health(keyed: str) -> None:
 
 
 def test_the_right_key_is_let_in_and_a_wrong_one_is_not_retried(keyed: str) -> None:
-    good = openai.OpenAI(base_url=keyed, api_key="s3cret-key")
-    assert good.chat.completions.create(model=MODEL, messages=user("q")  # type: ignore
-                                        ).choices[0].message.content == "a"
-    with pytest.raises(openai.AuthenticationError):
-        openai.OpenAI(base_url=keyed, api_key="nope", max_retries=5).chat.completions.create(
-            model=MODEL, messages=user("q"))  # type: ignore
+    with openai.OpenAI(base_url=keyed, api_key="s3cret-key") as good:
+        assert good.chat.completions.create(model=MODEL, messages=user("q")  # type: ignore
+                                            ).choices[0].message.content == "a"
+    sent: list[httpx.Request] = []
+    with httpx.Client(event_hooks={"request": [sent.append]}) as http, \
+            openai.OpenAI(base_url=keyed, api_key="nope", max_retries=5,
+                          http_client=http) as wrong, \
+            pytest.raises(openai.AuthenticationError):
+        wrong.chat.completions.create(model=MODEL, messages=user("q"))  # type: ignore
+    assert len(sent) == 1
     status = httpx.get(keyed.removesuffix("/v1") + "/replay/status",
                        headers={"authorization": "Bearer s3cret-key"}).json()
     assert status["models"][MODEL]["hits"] >= 1
@@ -200,5 +204,24 @@ def test_the_key_never_reaches_the_logs(tmp_path: Path) -> None:
     assert "k-9f8e7d" not in log and "guess-123" not in log
 
 
-def test_binds_to_loopback_unless_told_otherwise() -> None:
-    assert Settings().host == "127.0.0.1"
+def listening(port: int) -> set[str]:
+    """The local addresses that sockets listen on at `port` (IPv4 as dotted quads, IPv6 as
+    /proc spells it)."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            local, state = row.split()[1], row.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]) if table == "tcp"
+                          else address)
+    return found
+
+
+@pytest.mark.parametrize("host", [None, "127.0.0.2"])
+def test_binds_to_loopback_unless_told_otherwise(tmp_path: Path, host: str | None) -> None:
+    saved = write_jsonl(tmp_path / "run.jsonl", RECORDS[:1])
+    with spawn("serve", str(saved), *(["--host", host] if host else [])) as server:
+        port = int(server.base.rsplit(":", 1)[1])
+        assert listening(port) == {host or "127.0.0.1"}
+        assert server.url == f"http://{host or '127.0.0.1'}:{port}/v1"
