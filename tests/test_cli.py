@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -113,3 +114,16 @@ def test_the_readme_lists_every_replay_error_code() -> None:
              and c is not errors.ReplayError]
     assert codes and all(f"`{code}`" in README for code in codes)
 
+
+@pytest.mark.parametrize("command", [["--help"], ["--version"], ["inspect", "examples/"],
+                                     ["convert", "examples/", "-o", "{tmp}/run.jsonl"],
+                                     ["index", "examples/", "-o", "{tmp}/run.idx"]])
+def test_commands_that_serve_nothing_start_without_the_web_stack(tmp_path: Path,
+                                                                 command: list[str]) -> None:
+    argv = [arg.format(tmp=tmp_path) for arg in command]
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "replay_server", *argv],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    imported = re.findall(r"^import time:.*\|\s*([\w.]+)$", done.stderr, re.M)
+    assert "replay_server.cli" in imported
+    assert not {m.split(".")[0] for m in imported} & {"fastapi", "starlette", "uvicorn", "httpx"}
