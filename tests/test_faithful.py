@@ -642,6 +642,7 @@ def test_no_error_message_quotes_the_prompt() -> None:
     assert "requested" in miss.detail["difference_quoted"]
 
 
+@pytest.mark.harness  # inspect_ai's own error handling
 def test_no_error_message_is_turned_into_an_answer_by_a_harness() -> None:
     from inspect_ai.model._openai import openai_handle_bad_request
     from inspect_ai.model._providers._litellm_proxy_errors import litellm_error_model_output
