@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import orjson
 import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from replay_server import indexing
 from replay_server.app import create_app
@@ -54,7 +55,8 @@ def completion_response(*texts: str, finish: str = "stop", usage: Any = "auto",
             "choices": choices, "usage": usage}
 
 
-def user(text: str) -> list[dict[str, Any]]:
+def user(text: str) -> list[Any]:
+    """One user message: a saved request's `messages`, or the openai client's."""
     return [{"role": "user", "content": text}]
 
 
@@ -79,7 +81,7 @@ def completion_record(prompt: str | list[int], response: dict[str, Any] | None, 
     return validate(obj, file, line)
 
 
-def write_jsonl(path: Path, records: list[Record | dict[str, Any]]) -> Path:
+def write_jsonl(path: Path, records: Sequence[Record | dict[str, Any]]) -> Path:
     with path.open("wb") as f:
         for r in records:
             f.write(orjson.dumps(r.to_json() if isinstance(r, Record) else r) + b"\n")
@@ -104,27 +106,38 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Counting:
+    """Counts the requests that reach the server, to prove clients did not retry."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.seen: list[str] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            self.seen.append(scope["path"])
+        await self.app(scope, receive, send)
+
+
 @contextmanager
 def running(app: Any) -> Iterator[str]:
     """A real uvicorn serving `app` on a free 127.0.0.1 port; yields the /v1 base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 10
+            while not server.started:
+                if time.monotonic() > deadline or not thread.is_alive():
+                    raise RuntimeError("uvicorn did not start")
+                time.sleep(0.01)
+            yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        finally:
+            server.should_exit = True
+            thread.join(10)
 
 
 @contextmanager

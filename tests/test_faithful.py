@@ -427,7 +427,7 @@ def test_a_non_scalar_source_field_is_a_bad_line(tmp_path: Path, field: str, val
 @pytest.mark.http
 def test_a_saved_refusal_is_served_as_saved(app_url: str) -> None:
     with openai.OpenAI(base_url=app_url, api_key="x") as client:
-        r = client.chat.completions.create(model=MODEL, messages=user("refuse?"))  # type: ignore
+        r = client.chat.completions.create(model=MODEL, messages=user("refuse?"))
     assert r.choices[0].message.content is None
     assert r.choices[0].message.refusal == "I can't help."
 
@@ -617,11 +617,13 @@ def every_error_message() -> list[errors.ReplayServerError]:
                chat_record("n", chat_response("a", "b"), line=5)]
     r = Replayer(build(records, **{nasty: MODEL}), Rules())
     found: list[errors.ReplayServerError] = []
-    for body in [{"messages": user(nasty + "!")}, {"messages": user("amb")},
-                 {"messages": user("bad")}, {"messages": user("n"), "n": 3},
-                 {"messages": user("n")}, {"messages": user("n")}, {"messages": user("n")},
-                 {"model": "gpt " + nasty, "messages": user("q")}, {"messages": nasty},
-                 {"messages": user("n"), "temperature": nasty}]:
+    bodies: list[dict[str, Any]] = [
+        {"messages": user(nasty + "!")}, {"messages": user("amb")},
+        {"messages": user("bad")}, {"messages": user("n"), "n": 3},
+        {"messages": user("n")}, {"messages": user("n")}, {"messages": user("n")},
+        {"model": "gpt " + nasty, "messages": user("q")}, {"messages": nasty},
+        {"messages": user("n"), "temperature": nasty}]
+    for body in bodies:
         try:
             r.handle(CHAT_PATH, orjson.dumps({"model": MODEL, **body}))
         except errors.ReplayServerError as e:
@@ -654,7 +656,10 @@ def test_no_error_message_is_turned_into_an_answer_by_a_harness() -> None:
     evalscope = ("context window", "maximum context length", "input length", "too many tokens")
     for error in every_error_message():
         status, headers, body = errors.render(error)
-        response = httpx.Response(status, content=body, request=httpx.Request("POST", "http://x"))
+        # Any: openai 1 and 2 type it as an httpx.Response, openai 3 as an httpx2 one (and
+        # takes both)
+        response: Any = httpx.Response(status, content=body,
+                                       request=httpx.Request("POST", "http://x"))
         message = orjson.loads(body)["error"]["message"]
         e = openai.BadRequestError(f"Error code: {status} - {message}", response=response,
                                    body=orjson.loads(body)["error"])

@@ -21,6 +21,7 @@ from replay_server.settings import Settings
 
 from .support import (
     MODEL,
+    Counting,
     assert_error,
     build,
     chat_record,
@@ -138,22 +139,26 @@ def test_memory_stays_flat_under_a_barrage(tmp_path: Path) -> None:
 
 def test_a_client_that_goes_silent_or_vanishes_does_not_hurt_others(base: str) -> None:
     host, port = base.removeprefix("http://").split(":")
-    half = socket.create_connection((host, int(port)))
-    half.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
-    gone = socket.create_connection((host, int(port)))
-    gone.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n")
-    gone.close()
-    valid_chat(base)
-    half.close()
+    with socket.create_connection((host, int(port))) as half:
+        half.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: 1000\r\n\r\n{")
+        with socket.create_connection((host, int(port))) as gone:
+            gone.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: 50\r\n\r\n")
+        valid_chat(base)
     valid_chat(base)
 
 
 # API key
 
 @pytest.fixture(scope="module")
-def keyed() -> Iterator[str]:
-    app = create_app(Settings(api_key="s3cret-key"), build(RECORDS))
-    with running(app) as url:
+def keyed_app() -> Counting:
+    return Counting(create_app(Settings(api_key="s3cret-key"), build(RECORDS)))
+
+
+@pytest.fixture(scope="module")
+def keyed(keyed_app: Counting) -> Iterator[str]:
+    with running(keyed_app) as url:
         yield url
 
 
@@ -172,17 +177,16 @@ def test_an_api_key_guards_every_route_but_health(keyed: str) -> None:
     assert httpx.get(base + "/health").status_code == 200
 
 
-def test_the_right_key_is_let_in_and_a_wrong_one_is_not_retried(keyed: str) -> None:
+def test_the_right_key_is_let_in_and_a_wrong_one_is_not_retried(keyed: str,
+                                                                 keyed_app: Counting) -> None:
     with openai.OpenAI(base_url=keyed, api_key="s3cret-key") as good:
-        assert good.chat.completions.create(model=MODEL, messages=user("q")  # type: ignore
+        assert good.chat.completions.create(model=MODEL, messages=user("q")
                                             ).choices[0].message.content == "a"
-    sent: list[httpx.Request] = []
-    with httpx.Client(event_hooks={"request": [sent.append]}) as http, \
-            openai.OpenAI(base_url=keyed, api_key="nope", max_retries=5,
-                          http_client=http) as wrong, \
+    before = len(keyed_app.seen)
+    with openai.OpenAI(base_url=keyed, api_key="nope", max_retries=5) as wrong, \
             pytest.raises(openai.AuthenticationError):
-        wrong.chat.completions.create(model=MODEL, messages=user("q"))  # type: ignore
-    assert len(sent) == 1
+        wrong.chat.completions.create(model=MODEL, messages=user("q"))
+    assert len(keyed_app.seen) == before + 1
     status = httpx.get(keyed.removesuffix("/v1") + "/replay/status",
                        headers={"authorization": "Bearer s3cret-key"}).json()
     assert status["models"][MODEL]["hits"] >= 1

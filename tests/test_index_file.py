@@ -104,7 +104,7 @@ def test_several_workers_share_one_index(tmp_path: Path) -> None:
     with spawn("serve", str(index), "--workers", "2", "--log-level", "warning") as server, \
             openai.OpenAI(base_url=server.url, api_key="x") as client:
         for i in range(50):
-            r = client.chat.completions.create(model="test/model", messages=user(f"q{i}"))  # type: ignore
+            r = client.chat.completions.create(model="test/model", messages=user(f"q{i}"))
             assert r.choices[0].message.content == f"a{i}"
         workers = subprocess.run(["pgrep", "-P", str(server.proc.pid)], capture_output=True,
                                  text=True).stdout.split()

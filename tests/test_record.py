@@ -30,7 +30,7 @@ pytestmark = pytest.mark.http
 MODEL = "tiny-model"
 
 
-def question(i: int) -> list[dict[str, str]]:
+def question(i: int) -> list[Any]:
     return [{"role": "user", "content": f"What is {i} + {i + 3}?"}]
 
 
@@ -92,23 +92,25 @@ def session(client: openai.OpenAI) -> dict[str, Any]:
 def test_record_then_replay_gives_identical_answers(recorder: tuple[str, Recorder],
                                                     tmp_path: Path) -> None:
     url, rec = recorder
-    original = session(openai.OpenAI(base_url=url, api_key="sk-secret-not-saved"))
+    with openai.OpenAI(base_url=url, api_key="sk-secret-not-saved") as client:
+        original = session(client)
     assert (rec.counts["recorded"], rec.counts["records"]) == (9, 11)
     assert len(set(map(str, original["repeats"]))) > 1, "the repeats should differ"
-    with serving([tmp_path / "run.jsonl"]) as replay_url:
-        replayed = session(openai.OpenAI(base_url=replay_url, api_key="x"))
+    with serving([tmp_path / "run.jsonl"]) as replay_url, \
+            openai.OpenAI(base_url=replay_url, api_key="x") as client:
+        replayed = session(client)
     assert replayed == original
     assert b"sk-secret-not-saved" not in (tmp_path / "run.jsonl").read_bytes()
 
 
 def test_streams_are_saved_with_reasoning_usage_and_finish_reason(
         recorder: tuple[str, Recorder], tmp_path: Path) -> None:
-    client = openai.OpenAI(base_url=recorder[0], api_key="x")
-    plain = client.chat.completions.create(model=MODEL, messages=question(7), n=3,
-                                           temperature=0)
-    streamed_body = streamed(client.chat.completions.create(
-        model=MODEL, messages=question(7), n=3, temperature=0, stream=True,
-        stream_options={"include_usage": True}))
+    with openai.OpenAI(base_url=recorder[0], api_key="x") as client:
+        plain = client.chat.completions.create(model=MODEL, messages=question(7), n=3,
+                                               temperature=0)
+        streamed_body = streamed(client.chat.completions.create(
+            model=MODEL, messages=question(7), n=3, temperature=0, stream=True,
+            stream_options={"include_usage": True}))
     assert {i: (c.message.content, c.finish_reason) for i, c in enumerate(plain.choices)} == {
         i: (s["content"], s["finish"]) for i, s in streamed_body.items()}
     lines = (tmp_path / "run.jsonl").read_bytes().splitlines()
@@ -137,15 +139,14 @@ def test_upstream_errors_pass_through_unrecorded(recorder: tuple[str, Recorder],
 
 
 def test_models_are_forwarded(recorder: tuple[str, Recorder]) -> None:
-    models = openai.OpenAI(base_url=recorder[0], api_key="x").models.list()
+    with openai.OpenAI(base_url=recorder[0], api_key="x") as client:
+        models = client.models.list()
     assert [m.id for m in models.data] == [MODEL]
 
 
 async def test_concurrent_exchanges_are_all_saved_whole(recorder: tuple[str, Recorder],
                                                         tmp_path: Path) -> None:
-    client = openai.AsyncOpenAI(base_url=recorder[0], api_key="x")
-
-    async def one(i: int) -> str:
+    async def one(client: openai.AsyncOpenAI, i: int) -> str:
         if i % 2:
             stream = await client.chat.completions.create(model=MODEL, messages=question(100 + i),
                                                           stream=True)
@@ -153,8 +154,8 @@ async def test_concurrent_exchanges_are_all_saved_whole(recorder: tuple[str, Rec
         r = await client.chat.completions.create(model=MODEL, messages=question(100 + i))
         return r.choices[0].message.content or ""
 
-    answers = await asyncio.gather(*(one(i) for i in range(64)))
-    await client.close()
+    async with openai.AsyncOpenAI(base_url=recorder[0], api_key="x") as client:
+        answers = await asyncio.gather(*(one(client, i) for i in range(64)))
     lines = (tmp_path / "run.jsonl").read_bytes().splitlines()
     assert len(lines) == 64
     saved = {orjson.loads(line)["request"]["messages"][0]["content"]:
@@ -286,11 +287,13 @@ def test_header_values_are_forwarded_without_surrounding_spaces(
     """lm-eval sends `Authorization: Bearer ` (no key set); httpx refuses to send that."""
     host, port = recorder[0].removeprefix("http://").removesuffix("/v1").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    conn.request("POST", "/v1/chat/completions", headers={"Authorization": "Bearer ",
-                                                          "Content-Type": "application/json"},
-                 body=orjson.dumps({"model": MODEL, "messages": question(40)}))
-    assert conn.getresponse().status == 200
-    conn.close()
+    try:
+        conn.request("POST", "/v1/chat/completions",
+                     headers={"Authorization": "Bearer ", "Content-Type": "application/json"},
+                     body=orjson.dumps({"model": MODEL, "messages": question(40)}))
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
     assert recorder[1].counts["recorded"] == 1
 
 

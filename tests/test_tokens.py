@@ -409,7 +409,12 @@ def test_encode_pair_equals_lm_eval_on_any_text(ctx: str, cont: str, add_bos: bo
     if ctx == "":
         assume(tok.encode(cont, add_special_tokens=add_bos))
     seen: list[Any] = []
-    lm._loglikelihood_tokens = lambda reqs, **_: seen.extend(reqs) or [(0.0, True)]
+
+    def scored(requests: list[Any], **_: Any) -> list[tuple[float, bool]]:
+        seen.extend(requests)
+        return [(0.0, True)]
+
+    lm._loglikelihood_tokens = scored
     try:
         lm.loglikelihood(_instances("loglikelihood", [(ctx, cont)]), disable_tqdm=True)
     finally:
