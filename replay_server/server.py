@@ -126,10 +126,10 @@ def _record(upstream: str, out: Path, host: str, port: int, log_level: str,
     recorder = Recorder(upstream, writer)
     app = create_record_app(recorder)  # before the ready line, as in _serve
     sock, base_url = bind(host, port)
-    say(f"replay-server record: forwarding to {recorder.upstream}, saving to {out}")
-    say(f"replay-server record: ready on {base_url}")
-    say(f"  export OPENAI_BASE_URL={base_url}")
-    try:
+    try:  # a SIGTERM from the ready line on still gets the summary
+        say(f"replay-server record: forwarding to {recorder.upstream}, saving to {out}")
+        say(f"replay-server record: ready on {base_url}")
+        say(f"  export OPENAI_BASE_URL={base_url}")
         run_uvicorn(app, sock, Settings(log_level=log_level))
     finally:
         writer.close()
