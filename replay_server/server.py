@@ -17,7 +17,6 @@ from .errors import LoadError
 from .index import Index, prompt_of
 from .listen import bind, run_uvicorn, sigterm_as_interrupt
 from .loader import load, report_lines
-from .recorder import Recorder, RecordWriter, create_record_app
 from .records import CHAT_PATH
 from .settings import Settings
 
@@ -120,6 +119,8 @@ def record(upstream: str, out: Path, host: str, port: int, log_level: str,
 
 def _record(upstream: str, out: Path, host: str, port: int, log_level: str,
             say: Callable[[str], None]) -> None:
+    from .recorder import Recorder, RecordWriter, create_record_app  # httpx: record only
+
     writer = RecordWriter(out)
     if writer.set_aside is not None:
         say(f"warning: {out} ended with a cut line (a crash?); moved it to {writer.set_aside}")
