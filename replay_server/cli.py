@@ -1,4 +1,8 @@
-"""The `replay-server` command line: parse, then call one function. No logic here."""
+"""The `replay-server` command line: parse, then call one function. No logic here.
+
+Only `serve`, `record` and `run` need the web stack (FastAPI, uvicorn, httpx): they import
+it when they run, so that `inspect`, `convert`, `index` and `--help` start quickly.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from typing import Any, NoReturn
 import click
 import orjson
 
-from . import index_file, runner, server, summary
+from . import __version__, index_file, summary
 from .convert import convert_paths
 from .errors import LoadError
 from .loader import load, report_lines
@@ -94,7 +98,7 @@ def _fail(error: Exception) -> NoReturn:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="replay-server")
+@click.version_option(__version__, prog_name="replay-server")
 def main() -> None:
     """Rescore saved LLM generations with any eval harness: an OpenAI-compatible server
     that answers from saved runs, exactly, and fails loudly on anything it did not save."""
@@ -112,6 +116,8 @@ def serve(paths: tuple[str, ...], **options: Any) -> None:
     --save-details output (needs the `parquet` extra), evalscope work directories; or one
     index file (`replay-server index`). Point any harness at it with OPENAI_BASE_URL=http://HOST:PORT/v1.
     """
+    from . import server
+
     try:
         settings = _settings(options)
         server.serve(paths, settings, _say)
@@ -189,6 +195,8 @@ def record(upstream: str, out: Path, host: str, port: int, log_level: str) -> No
     replay-server record, on disk before the client sees the end of the answer; upstream
     errors and broken streams pass through unrecorded. `serve OUT` replays the run.
     """
+    from . import server
+
     _settings({"log_level": log_level})
     try:
         server.record(upstream, out, host, port, log_level, _say)
@@ -268,6 +276,8 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
     command = ctx.meta.get("command") or []
     if not command:
         raise click.UsageError("give the command to run after `--`")
+    from . import runner
+
     try:
         settings = _settings(options)
         code = runner.run_command(paths, settings, command, allow_unused=allow_unused,

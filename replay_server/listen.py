@@ -121,10 +121,10 @@ class _Server(uvicorn.Server):
 
 def run_uvicorn(app: Any, sock: socket.socket, settings: Settings) -> None:
     """Serve until SIGINT or SIGTERM; in-flight requests are drained first."""
-    config = uvicorn_config(app, settings.log_level, settings.access_log,
-                            settings.read_timeout)
-    _Stop.serving = True
+    _Stop.serving = True  # a SIGTERM from here on stops uvicorn as soon as it has started
     try:
+        config = uvicorn_config(app, settings.log_level, settings.access_log,
+                                settings.read_timeout)
         _Server(config).run(sockets=[sock])
     finally:
         _Stop.serving = False

@@ -46,7 +46,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from . import errors
+from . import __version__, errors
 from .aggregate import StreamAggregator, StreamError
 from .errors import LoadError
 from .openai_responses import RESPONSES_PATH, ResponsesStreamAggregator, ResponsesStreamError
@@ -372,7 +372,7 @@ def create_record_app(recorder: Recorder) -> FastAPI:
         yield
         await recorder.close()
 
-    app = FastAPI(title="replay-server recorder", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="replay-server recorder", version=__version__, lifespan=lifespan)
     app.state.recorder = recorder
 
     async def forward(request: Request) -> Response:

@@ -18,7 +18,6 @@ from .index import Index, prompt_of
 from .listen import bind, run_uvicorn, sigterm_as_interrupt
 from .loader import load, report_lines
 from .openai_responses import RESPONSES_PATH
-from .recorder import Recorder, RecordWriter, create_record_app
 from .records import CHAT_PATH
 from .settings import Settings
 
@@ -53,6 +52,11 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
     return Opened(index, report, index.examples())
 
 
+# the snippet's openai-python line: the request body is its argument, as curl's is
+_OPENAI_CHAT = ("import json, sys; from openai import OpenAI; r = OpenAI().chat.completions"
+                ".create(**json.loads(sys.argv[1])); print(r.choices[0].message.content)")
+
+
 def snippet_lines(opened: Opened, base_url: str) -> list[str]:
     """Ready-to-paste commands that replay one saved prompt."""
     lines = [f"  export OPENAI_BASE_URL={base_url} OPENAI_API_KEY=replay"]
@@ -67,12 +71,9 @@ def snippet_lines(opened: Opened, base_url: str) -> list[str]:
         data = orjson.dumps(body).decode()
         lines.append(f"  curl -s {base_url.removesuffix('/v1')}{endpoint} "
                      f"-H 'Content-Type: application/json' -d {shlex.quote(data)}")
-        if endpoint == CHAT_PATH:
+        if endpoint == CHAT_PATH:  # one line: pasted with its indent, it still runs
             lines += ["  # or, with the openai package installed (pip install openai):",
-                      "  python - <<'EOF'", "  from openai import OpenAI",
-                      f"  r = OpenAI().chat.completions.create(model={model!r}, "
-                      f"messages={prompt['messages']!r})",
-                      "  print(r.choices[0].message.content)", "  EOF"]
+                      f"  python -c {shlex.quote(_OPENAI_CHAT)} {shlex.quote(data)}"]
     return lines
 
 
@@ -100,20 +101,26 @@ def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str],
     opened = open_run(paths, settings)
     for line in opened.report:
         say(line)
+    # Everything is built before the ready line: a SIGTERM right after it then lands in
+    # uvicorn's start, never in building the app (where Python 3.11 turns the interrupt it
+    # raises, if it comes during an eval, into an exit by SIGINT).
+    app = None
     if settings.workers > 1:
         workers.check(opened.index, settings)
+    else:
+        app = create_app(settings, opened.index)
+        # The index lives as long as the server: moved out of the garbage collector's
+        # sight, a full collection no longer walks millions of its objects and stalls
+        # requests.
+        gc.collect()
+        gc.freeze()
     sock, base_url = bind(settings.host, settings.port)
     say(f"replay-server: ready on {base_url}")
     for line in snippet_lines(opened, base_url):
         say(line)
-    if settings.workers > 1:
+    if app is None:
         workers.run(paths, settings, sock)
         return
-    app = create_app(settings, opened.index)
-    # The index lives as long as the server: moved out of the garbage collector's sight, a
-    # full collection no longer walks millions of its objects and stalls requests.
-    gc.collect()
-    gc.freeze()
     run_uvicorn(app, sock, settings)
     say("replay-server: stopped")
 
@@ -128,16 +135,19 @@ def record(upstream: str, out: Path, host: str, port: int, log_level: str,
 
 def _record(upstream: str, out: Path, host: str, port: int, log_level: str,
             say: Callable[[str], None]) -> None:
+    from .recorder import Recorder, RecordWriter, create_record_app  # httpx: record only
+
     writer = RecordWriter(out)
     if writer.set_aside is not None:
         say(f"warning: {out} ended with a cut line (a crash?); moved it to {writer.set_aside}")
     recorder = Recorder(upstream, writer)
+    app = create_record_app(recorder)  # before the ready line, as in _serve
     sock, base_url = bind(host, port)
-    say(f"replay-server record: forwarding to {recorder.upstream}, saving to {out}")
-    say(f"replay-server record: ready on {base_url}")
-    say(f"  export OPENAI_BASE_URL={base_url}")
-    try:
-        run_uvicorn(create_record_app(recorder), sock, Settings(log_level=log_level))
+    try:  # a SIGTERM from the ready line on still gets the summary
+        say(f"replay-server record: forwarding to {recorder.upstream}, saving to {out}")
+        say(f"replay-server record: ready on {base_url}")
+        say(f"  export OPENAI_BASE_URL={base_url}")
+        run_uvicorn(app, sock, Settings(log_level=log_level))
     finally:
         writer.close()
         say(recorder.summary())

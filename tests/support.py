@@ -1,11 +1,17 @@
-"""Test helpers: record builders, a real uvicorn on a free port, and the error-shape check."""
+"""Test helpers: record builders, a real uvicorn on a free port, the `replay-server`
+command in the background, and the error-shape check."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -13,6 +19,7 @@ from typing import Any
 import httpx
 import orjson
 import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from replay_server import indexing
 from replay_server.app import create_app
@@ -22,6 +29,8 @@ from replay_server.server import open_run
 from replay_server.settings import Settings
 
 MODEL = "test/model"
+ROOT = Path(__file__).parent.parent
+CLI = [sys.executable, "-m", "replay_server"]
 
 
 def chat_response(*texts: str | None, finish: str = "stop", usage: Any = "auto",
@@ -46,7 +55,8 @@ def completion_response(*texts: str, finish: str = "stop", usage: Any = "auto",
             "choices": choices, "usage": usage}
 
 
-def user(text: str) -> list[dict[str, Any]]:
+def user(text: str) -> list[Any]:
+    """One user message: a saved request's `messages`, or the openai client's."""
     return [{"role": "user", "content": text}]
 
 
@@ -71,7 +81,7 @@ def completion_record(prompt: str | list[int], response: dict[str, Any] | None, 
     return validate(obj, file, line)
 
 
-def write_jsonl(path: Path, records: list[Record | dict[str, Any]]) -> Path:
+def write_jsonl(path: Path, records: Sequence[Record | dict[str, Any]]) -> Path:
     with path.open("wb") as f:
         for r in records:
             f.write(orjson.dumps(r.to_json() if isinstance(r, Record) else r) + b"\n")
@@ -82,33 +92,52 @@ def build(records: list[Record], **aliases: str) -> Index:
     return indexing.build(records, aliases or None)
 
 
+def wait_for(condition: Callable[[], object], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition never became true")
+        time.sleep(0.01)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
+class Counting:
+    """Counts the requests that reach the server, to prove clients did not retry."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.seen: list[str] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            self.seen.append(scope["path"])
+        await self.app(scope, receive, send)
+
+
 @contextmanager
 def running(app: Any) -> Iterator[str]:
     """A real uvicorn serving `app` on a free 127.0.0.1 port; yields the /v1 base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 10
+            while not server.started:
+                if time.monotonic() > deadline or not thread.is_alive():
+                    raise RuntimeError("uvicorn did not start")
+                time.sleep(0.01)
+            yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        finally:
+            server.should_exit = True
+            thread.join(10)
 
 
 @contextmanager
@@ -118,6 +147,77 @@ def serving(paths: list[Path] | list[str], settings: Settings | None = None) -> 
     opened = open_run(paths, settings)
     with running(create_app(settings, opened.index)) as url:
         yield url
+
+
+class Spawned:
+    """A `replay-server` command running in the background (see `spawn`). Its stdout and
+    stderr are read as they come, into `lines`, so that its logging never blocks it."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str] | None) -> None:
+        self.proc = subprocess.Popen(
+            argv, cwd=cwd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
+        self.lines: list[str] = []
+        self.url = ""  # the /v1 base URL of its "ready on URL" line
+        self.ended = False
+        self.ready = threading.Event()  # set on the ready line, or when output ends
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if not self.url and (found := re.search(r"ready on (http://\S+/v1)$", line)):
+                self.url = found[1]
+                self.ready.set()
+        self.ready.set()
+
+    @property
+    def base(self) -> str:
+        """The server's root URL (without /v1)."""
+        return self.url.removesuffix("/v1")
+
+    @property
+    def output(self) -> str:
+        """What it printed so far; all of it once it has ended (`wait`, `stop`)."""
+        return "".join(self.lines)
+
+    def wait(self, timeout: float = 30) -> int:
+        """Wait for it to end (killed after `timeout` seconds); its exit status."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        finally:
+            self._reader.join(10)
+            assert self.proc.stdout is not None
+            self.proc.stdout.close()
+            self.ended = True
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 30) -> int:
+        """Send `sig` (unless it has ended already) and wait for it; its exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.wait(timeout)
+
+
+@contextmanager
+def spawn(*argv: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
+          timeout: float = 30) -> Iterator[Spawned]:
+    """`replay-server ARGV --port 0` in the background, once it says "ready on URL".
+    Whatever the test leaves running is interrupted (SIGINT) and waited for at the end."""
+    spawned = Spawned([*CLI, *argv, "--port", "0"], cwd, env)
+    try:
+        if not spawned.ready.wait(timeout) or not spawned.url:
+            spawned.stop(signal.SIGKILL)
+            raise AssertionError(f"{' '.join(argv)}: no ready line\n{spawned.output}")
+        yield spawned
+    finally:
+        if not spawned.ended:
+            spawned.stop()
 
 
 def assert_error(response: httpx.Response, status: int, code: Any = None,

@@ -2,80 +2,87 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from replay_server import errors
 from replay_server.settings import SETTINGS, flag, markdown_table
 
-ROOT = Path(__file__).parent.parent
+from .support import CLI, ROOT, Spawned, spawn, wait_for
+
 README = (ROOT / "README.md").read_text()
-CLI = [sys.executable, "-m", "replay_server"]
-
-
-def start(*args: str) -> tuple[subprocess.Popen[str], str]:
-    """Run `replay-server serve ARGS --port 0` and wait for its ready line; the rest of its
-    stderr is drained in the background so that its logging never blocks it."""
-    proc = subprocess.Popen([*CLI, "serve", *args, "--port", "0"], cwd=ROOT, text=True,
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
-    assert proc.stderr is not None
-    lines = []
-    for line in proc.stderr:
-        lines.append(line)
-        found = re.search(r"ready on (http://\S+/v1)", line)
-        if found:
-            threading.Thread(target=proc.stderr.read, daemon=True).start()
-            return proc, found.group(1)
-    proc.wait(10)
-    proc.stderr.close()
-    raise AssertionError("no ready line:\n" + "".join(lines))
-
-
-def stop(proc: subprocess.Popen[str]) -> int:
-    proc.send_signal(signal.SIGINT)
-    code = proc.wait(10)
-    if proc.stderr is not None:
-        proc.stderr.close()
-    return code
 
 
 @pytest.fixture(scope="module")
-def example() -> Iterator[str]:
-    proc, url = start("examples/")
-    yield url
-    assert stop(proc) == 0
+def example() -> Iterator[Spawned]:
+    with spawn("serve", "examples/") as server:
+        yield server
+        assert server.stop() == 0
+
+
+def printed_snippet(server: Spawned) -> str:
+    """The commands `serve` printed under its ready line, as printed."""
+    wait_for(lambda: "Application startup complete" in server.output)  # printed before it
+    after = server.output.split(f"ready on {server.url}\n", 1)[1]
+    return "\n".join(itertools.takewhile(lambda line: line.startswith("  "),
+                                         after.splitlines()))
+
+
+def json_and_text(out: str) -> list[Any]:
+    """Output of commands run one after another: each JSON body (curl ends none with a
+    newline) and each run of other text, stripped, in order."""
+    pieces: list[Any] = []
+    at = 0
+    while at < len(out):
+        if out[at] == "{":
+            body, at = json.JSONDecoder().raw_decode(out, at)
+            pieces.append(body)
+        else:
+            end = out.find("{", at)
+            end = len(out) if end < 0 else end
+            if text := out[at:end].strip():
+                pieces.append(text)
+            at = end
+    return pieces
 
 
 @pytest.mark.http
-def test_serve_prints_a_snippet_that_works(example: str) -> None:
-    r = httpx.post(example + "/completions",
-                   json={"model": "demo/tiny-chat-model", "prompt": "The capital of France is"})
-    assert r.json()["choices"][0]["text"] == " Paris."
+def test_serve_prints_a_snippet_that_works(example: Spawned) -> None:
+    snippet = printed_snippet(example)
+    assert f"export OPENAI_BASE_URL={example.url} " in snippet
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # openai's python
+    done = subprocess.run(["bash"], input=snippet, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    chat, printed, completion = json_and_text(done.stdout)
+    assert chat["choices"][0]["message"]["content"] == printed == "4"
+    assert completion["choices"][0]["text"] == " Paris."
 
 
 @pytest.mark.http
-def test_the_readme_quick_start_runs_as_written(example: str) -> None:
+def test_the_readme_quick_start_runs_as_written(example: Spawned) -> None:
     code = README.split("```python\n", 1)[1].split("```", 1)[0]
-    env = {**os.environ, "OPENAI_BASE_URL": example, "OPENAI_API_KEY": "replay"}
+    env = {**os.environ, "OPENAI_BASE_URL": example.url, "OPENAI_API_KEY": "replay"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout
     assert out.splitlines() == ["4", "2 plus 2 makes 4.", "9"]
 
 
 @pytest.mark.http
-def test_the_readme_miss_example_is_what_the_server_says(example: str) -> None:
-    client = openai.OpenAI(base_url=example, api_key="x")
-    with pytest.raises(openai.BadRequestError) as e:
+def test_the_readme_miss_example_is_what_the_server_says(example: Spawned) -> None:
+    with openai.OpenAI(base_url=example.url, api_key="x") as client, \
+            pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="demo/tiny-chat-model", messages=[
             {"role": "system", "content": "Answer with a number only."},
             {"role": "user", "content": "What is 2+3?"}])
@@ -106,3 +113,17 @@ def test_the_readme_lists_every_replay_error_code() -> None:
              if isinstance(c, type) and issubclass(c, errors.ReplayError)
              and c is not errors.ReplayError]
     assert codes and all(f"`{code}`" in README for code in codes)
+
+
+@pytest.mark.parametrize("command", [["--help"], ["--version"], ["inspect", "examples/"],
+                                     ["convert", "examples/", "-o", "{tmp}/run.jsonl"],
+                                     ["index", "examples/", "-o", "{tmp}/run.idx"]])
+def test_commands_that_serve_nothing_start_without_the_web_stack(tmp_path: Path,
+                                                                 command: list[str]) -> None:
+    argv = [arg.format(tmp=tmp_path) for arg in command]
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "replay_server", *argv],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    imported = re.findall(r"^import time:.*\|\s*([\w.]+)$", done.stderr, re.M)
+    assert "replay_server.cli" in imported
+    assert not {m.split(".")[0] for m in imported} & {"fastapi", "starlette", "uvicorn", "httpx"}

@@ -296,7 +296,8 @@ def test_the_image_serves_data_on_port_8000_as_a_non_root_user(image: Image) -> 
     # the healthcheck needs Python only, no curl
     assert image.healthcheck[:2] == ["CMD", "python3"] and "urllib" in image.healthcheck[-1]
     assert not Path(image.rootfs, "usr/bin/curl").exists()
-    assert image.added < 100e6  # a virtual environment, and nothing else (no pip)
+    # a virtual environment (the dependencies and the tokens extra, ~106 MB), nothing else
+    assert image.added < 120e6
     assert not Path(image.rootfs, "opt/replay-server/bin/pip").exists()
 
 
@@ -305,6 +306,20 @@ def test_every_serve_option_is_an_environment_variable_in_the_image(
     argv = container(image, [*image.config["Entrypoint"], "serve", "--help"], top=tmp_path)
     shown = set(re.findall(r"env\s+var:\s+(REPLAY_SERVER_[A-Z_]+)", ok(*argv)))
     assert shown == {envvar(s.name) for s in SETTINGS} == serve_envvars()
+
+
+def test_the_image_reads_token_id_runs_with_a_tokenizer(image: Image, tmp_path: Path) -> None:
+    """The image holds the `tokens` extra: --tokenizer works there as on the host."""
+    data = ROOT / "tests/data/lm_eval/mc_tokenized"
+    tokenizer = ROOT / "tests/data/gen/tokenizer_bpe"
+    argv = [*image.config["Entrypoint"], "inspect", "/data", "--tokenizer", "/tokenizer"]
+    out = ok(*container(image, argv, top=tmp_path, read_only=True,
+                        binds=[(str(data), "/data", True), (str(tokenizer), "/tokenizer", True)]))
+    host = ok(sys.executable, "-m", "replay_server", "inspect", str(data),
+              "--tokenizer", str(tokenizer))
+    counts = re.compile(r"model \S+: \d+ records, \d+ prompts.*")
+    assert counts.findall(out) == counts.findall(host) != []
+    assert "skipped" not in out
 
 
 def test_health_replay_and_miss(server: Server) -> None:

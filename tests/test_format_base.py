@@ -10,8 +10,14 @@ import pytest
 from replay_server.errors import LoadError
 from replay_server.formats import READERS
 from replay_server.formats.base import strip_litellm_provider, synthetic_id, text_response
-from replay_server.loader import DEFAULT_MAX_LINE, _head
-from replay_server.records import CHAT_PATH, COMPLETION_PATH, make_record, validate
+from replay_server.loader import _head
+from replay_server.records import (
+    CHAT_PATH,
+    COMPLETION_PATH,
+    DEFAULT_MAX_LINE,
+    make_record,
+    validate,
+)
 
 REQUEST = {"model": "m", "messages": [{"role": "user", "content": "q"}], "stream": True}
 

@@ -67,6 +67,7 @@ def test_each_record_is_keyed_on_the_exact_body_that_was_sent(path: Path) -> Non
         record = saved.pop(orjson.dumps(strip_transport(call["request"]),
                                         option=orjson.OPT_SORT_KEYS))
         assert record.model == "tiny-model" and record.source["harness"] == "inspect_ai"
+        assert record.response is not None
         assert message(record.response["choices"][0]) == message(call["response"]["choices"][0])
         assert record.response["usage"]["completion_tokens"] == \
             call["response"]["usage"]["completion_tokens"]

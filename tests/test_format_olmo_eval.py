@@ -86,8 +86,8 @@ def test_raw_text_finish_reason_and_usage_are_what_was_saved() -> None:
 def test_n3_is_one_call_and_n1_calls_get_the_samples_in_order() -> None:
     call = expected(DATA / "run_basic", "expected_requests.jsonl")[8]
     assert call["request"]["n"] == 3
-    with serving([DATA / "run_basic"]) as url:
-        client = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+    with serving([DATA / "run_basic"]) as url, \
+            openai.OpenAI(base_url=url, api_key="x", max_retries=0) as client:
         whole = client.chat.completions.create(**call["request"])
         assert [c.message.content for c in whole.choices] == call["expect"]["texts"]
         assert whole.usage is not None and whole.usage.completion_tokens == 223
@@ -164,8 +164,9 @@ def rewrite(path: Path, change: Callable[[dict[str, Any]], object]) -> None:
 def test_rows_that_cannot_be_replayed_faithfully_are_left_out(tmp_path: Path) -> None:
     run = copy(tmp_path)
     tools = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+    no_turns: dict[str, Any] = {"turns": []}
     rewrite(task_file(run, "predictions"), lambda row: row.update(
-        {"trajectory": {"turns": []}} if row["doc_id"] == 0 else
+        {"trajectory": no_turns} if row["doc_id"] == 0 else
         {"model_output": [{"text": "", "original_text": ""}]} if row["doc_id"] == 3 else {}))
     rewrite(task_file(run, "requests"), lambda row: row["request"].update(
         {"tools": tools} if row["doc_id"] == 3 else {}))

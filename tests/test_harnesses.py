@@ -355,8 +355,8 @@ def test_olmo_eval_requests_hit_and_get_the_saved_raw_text() -> None:
     failing = [json.loads(line) for line in
                (OLMO_RUN / "expected_errors.jsonl").read_text().splitlines()]
     assert any(e["request"].get("n", 1) > 1 for e in expected)
-    with service("serve", str(OLMO_RUN)) as server:
-        client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
+    with service("serve", str(OLMO_RUN)) as server, \
+            openai.OpenAI(base_url=server.url, api_key="x", max_retries=0) as client:
         for case in expected:
             r = send(client, case["path"], case["request"])
             texts = [c.message.content if hasattr(c, "message") else c.text for c in r.choices]

@@ -3,13 +3,8 @@ the API key; the server answers every one in the envelope and keeps serving."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import socket
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +21,7 @@ from replay_server.settings import Settings
 
 from .support import (
     MODEL,
+    Counting,
     assert_error,
     build,
     chat_record,
@@ -33,11 +29,12 @@ from .support import (
     completion_record,
     completion_response,
     running,
+    spawn,
     user,
+    write_jsonl,
 )
 
 pytestmark = pytest.mark.http
-ROOT = Path(__file__).parent.parent
 RECORDS = [chat_record("q", chat_response("a")),
            completion_record("p", completion_response(" b"), line=2)]
 APP = create_app(Settings(max_body_size=1 << 20), build(RECORDS))
@@ -123,54 +120,45 @@ def test_a_barrage_of_garbage_leaves_the_server_answering_correctly(base: str) -
 def test_memory_stays_flat_under_a_barrage(tmp_path: Path) -> None:
     """In its own process, so that its resident memory can be read: after a warm-up
     barrage, thousands more garbage requests do not grow it."""
-    saved = tmp_path / "run.jsonl"
-    saved.write_bytes(b"".join(__import__("orjson").dumps(r.to_json()) + b"\n"
-                               for r in RECORDS))
-    proc = subprocess.Popen([sys.executable, "-m", "replay_server", "serve", str(saved),
-                             "--port", "0", "--log-level", "error"], cwd=ROOT, text=True,
-                            stderr=subprocess.PIPE)
-    assert proc.stderr is not None
-    url = next(m.group(1) for line in proc.stderr
-               if (m := re.search(r"ready on (http://\S+)/v1", line)))
-    threading.Thread(target=proc.stderr.read, daemon=True).start()
+    saved = write_jsonl(tmp_path / "run.jsonl", RECORDS)
     bad = list(garbage())
-    try:
-        with httpx.Client(timeout=30) as client:
-            def barrage(rounds: int) -> None:
-                for _ in range(rounds):
-                    for method, path, headers, body in bad:
-                        assert_envelope(client.request(method, url + path, headers=headers,
-                                                       content=body))
-            barrage(60)
-            before = rss(proc.pid)
-            barrage(120)
-            after = rss(proc.pid)
-        valid_chat(url)
-        assert after - before < 8 << 20, f"RSS grew {after - before} bytes"
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(20)
-        proc.stderr.close()
+    with spawn("serve", str(saved), "--log-level", "error") as server, \
+            httpx.Client(timeout=30) as client:
+        def barrage(rounds: int) -> None:
+            for _ in range(rounds):
+                for method, path, headers, body in bad:
+                    assert_envelope(client.request(method, server.base + path,
+                                                   headers=headers, content=body))
+        barrage(60)
+        before = rss(server.proc.pid)
+        barrage(120)
+        after = rss(server.proc.pid)
+        valid_chat(server.base)
+    assert after - before < 8 << 20, f"RSS grew {after - before} bytes"
 
 
 def test_a_client_that_goes_silent_or_vanishes_does_not_hurt_others(base: str) -> None:
     host, port = base.removeprefix("http://").split(":")
-    half = socket.create_connection((host, int(port)))
-    half.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
-    gone = socket.create_connection((host, int(port)))
-    gone.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n")
-    gone.close()
-    valid_chat(base)
-    half.close()
+    with socket.create_connection((host, int(port))) as half:
+        half.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: 1000\r\n\r\n{")
+        with socket.create_connection((host, int(port))) as gone:
+            gone.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: 50\r\n\r\n")
+        valid_chat(base)
     valid_chat(base)
 
 
 # API key
 
 @pytest.fixture(scope="module")
-def keyed() -> Iterator[str]:
-    app = create_app(Settings(api_key="s3cret-key"), build(RECORDS))
-    with running(app) as url:
+def keyed_app() -> Counting:
+    return Counting(create_app(Settings(api_key="s3cret-key"), build(RECORDS)))
+
+
+@pytest.fixture(scope="module")
+def keyed(keyed_app: Counting) -> Iterator[str]:
+    with running(keyed_app) as url:
         yield url
 
 
@@ -189,45 +177,55 @@ def test_an_api_key_guards_every_route_but_health(keyed: str) -> None:
     assert httpx.get(base + "/health").status_code == 200
 
 
-def test_the_right_key_is_let_in_and_a_wrong_one_is_not_retried(keyed: str) -> None:
-    good = openai.OpenAI(base_url=keyed, api_key="s3cret-key")
-    assert good.chat.completions.create(model=MODEL, messages=user("q")  # type: ignore
-                                        ).choices[0].message.content == "a"
-    with pytest.raises(openai.AuthenticationError):
-        openai.OpenAI(base_url=keyed, api_key="nope", max_retries=5).chat.completions.create(
-            model=MODEL, messages=user("q"))  # type: ignore
+def test_the_right_key_is_let_in_and_a_wrong_one_is_not_retried(keyed: str,
+                                                                 keyed_app: Counting) -> None:
+    with openai.OpenAI(base_url=keyed, api_key="s3cret-key") as good:
+        assert good.chat.completions.create(model=MODEL, messages=user("q")
+                                            ).choices[0].message.content == "a"
+    before = len(keyed_app.seen)
+    with openai.OpenAI(base_url=keyed, api_key="nope", max_retries=5) as wrong, \
+            pytest.raises(openai.AuthenticationError):
+        wrong.chat.completions.create(model=MODEL, messages=user("q"))
+    assert len(keyed_app.seen) == before + 1
     status = httpx.get(keyed.removesuffix("/v1") + "/replay/status",
                        headers={"authorization": "Bearer s3cret-key"}).json()
     assert status["models"][MODEL]["hits"] >= 1
 
 
 def test_the_key_never_reaches_the_logs(tmp_path: Path) -> None:
-    saved = tmp_path / "run.jsonl"
-    saved.write_bytes(__import__("orjson").dumps(RECORDS[0].to_json()) + b"\n")
-    env = {**os.environ, "REPLAY_SERVER_API_KEY": "k-9f8e7d"}
-    proc = subprocess.Popen([sys.executable, "-m", "replay_server", "serve", str(saved),
-                             "--port", "0", "--access-log", "--log-level", "debug"],
-                            cwd=ROOT, text=True, stderr=subprocess.PIPE,
-                            stdout=subprocess.PIPE, env=env)
-    assert proc.stderr is not None
-    lines = []
-    for line in proc.stderr:
-        lines.append(line)
-        if found := re.search(r"ready on (http://\S+)/v1", line):
-            break
-    url = found.group(1)
-    client = httpx.Client()
-    client.post(url + "/v1/chat/completions", headers={"authorization": "Bearer k-9f8e7d"},
-                json={"model": MODEL, "messages": user("nope")})
-    client.post(url + "/v1/chat/completions", headers={"authorization": "Bearer guess-123"},
-                json={"model": MODEL, "messages": user("q")})
-    client.close()
-    proc.send_signal(signal.SIGINT)
-    out, rest = proc.communicate(timeout=20)
-    log = "".join(lines) + rest + out  # uvicorn's access log goes to stdout
+    saved = write_jsonl(tmp_path / "run.jsonl", RECORDS[:1])
+    with spawn("serve", str(saved), "--access-log", "--log-level", "debug",
+               env={"REPLAY_SERVER_API_KEY": "k-9f8e7d"}) as server, httpx.Client() as client:
+        client.post(server.url + "/chat/completions",
+                    headers={"authorization": "Bearer k-9f8e7d"},
+                    json={"model": MODEL, "messages": user("nope")})
+        client.post(server.url + "/chat/completions",
+                    headers={"authorization": "Bearer guess-123"},
+                    json={"model": MODEL, "messages": user("q")})
+        server.stop()
+    log = server.output  # uvicorn's access log (stdout) too
     assert "replay_no_match" in log and "401" in log
     assert "k-9f8e7d" not in log and "guess-123" not in log
 
 
-def test_binds_to_loopback_unless_told_otherwise() -> None:
-    assert Settings().host == "127.0.0.1"
+def listening(port: int) -> set[str]:
+    """The local addresses that sockets listen on at `port` (IPv4 as dotted quads, IPv6 as
+    /proc spells it)."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            local, state = row.split()[1], row.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]) if table == "tcp"
+                          else address)
+    return found
+
+
+@pytest.mark.parametrize("host", [None, "127.0.0.2"])
+def test_binds_to_loopback_unless_told_otherwise(tmp_path: Path, host: str | None) -> None:
+    saved = write_jsonl(tmp_path / "run.jsonl", RECORDS[:1])
+    with spawn("serve", str(saved), *(["--host", host] if host else [])) as server:
+        port = int(server.base.rsplit(":", 1)[1])
+        assert listening(port) == {host or "127.0.0.1"}
+        assert server.url == f"http://{host or '127.0.0.1'}:{port}/v1"

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
 import pytest
-from starlette.types import ASGIApp, Receive, Scope, Send
+from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
 from replay_server import keys
 from replay_server.app import create_app
@@ -16,6 +17,7 @@ from replay_server.settings import Settings
 
 from .support import (
     MODEL,
+    Counting,
     assert_error,
     build,
     chat_record,
@@ -28,7 +30,7 @@ from .support import (
 
 pytestmark = pytest.mark.http
 
-CALL = {"id": "call_1", "type": "function",
+CALL: dict[str, Any] = {"id": "call_1", "type": "function",
         "function": {"name": "add", "arguments": "{\"a\": 2, \"b\": 2}"}}
 RECORDS = [
     chat_record("2+2?", chat_response("4", reasoning="2 plus 2 is 4", finish="stop",
@@ -44,19 +46,6 @@ RECORDS = [
 ]
 
 
-class Counting:
-    """Counts the requests that reach the server, to prove clients did not retry."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.seen: list[str] = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            self.seen.append(scope["path"])
-        await self.app(scope, receive, send)
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, Counting]]:
     app = Counting(create_app(Settings(max_body_size=100_000), build(RECORDS)))
@@ -65,13 +54,14 @@ def server() -> Iterator[tuple[str, Counting]]:
 
 
 @pytest.fixture
-def client(server: tuple[str, Counting]) -> openai.OpenAI:
+def client(server: tuple[str, Counting]) -> Iterator[openai.OpenAI]:
     httpx.post(server[0].removesuffix("/v1") + "/replay/reset")
-    return openai.OpenAI(base_url=server[0], api_key="dummy")
+    with openai.OpenAI(base_url=server[0], api_key="dummy") as client:
+        yield client
 
 
 def test_chat_replays_text_reasoning_finish_reason_and_usage(client: openai.OpenAI) -> None:
-    r = client.chat.completions.create(model=MODEL, messages=user("2+2?"))  # type: ignore
+    r = client.chat.completions.create(model=MODEL, messages=user("2+2?"))
     saved = RECORDS[0].response
     assert saved is not None
     assert r.id == "chatcmpl-r"
@@ -83,12 +73,12 @@ def test_chat_replays_text_reasoning_finish_reason_and_usage(client: openai.Open
 
 def test_the_source_record_is_named_in_a_header(client: openai.OpenAI) -> None:
     raw = client.chat.completions.with_raw_response.create(model=MODEL,
-                                                           messages=user("2+2?"))  # type: ignore
+                                                           messages=user("2+2?"))
     assert raw.headers["x-replay-source"] == "saved.jsonl:1"
 
 
 def test_chat_stream_reassembles_to_the_saved_answer(client: openai.OpenAI) -> None:
-    stream = client.chat.completions.create(model=MODEL, messages=user("2+2?"),  # type: ignore
+    stream = client.chat.completions.create(model=MODEL, messages=user("2+2?"),
                                             stream=True, stream_options={"include_usage": True})
     content, reasoning, finish, usage = "", "", None, None
     for chunk in stream:
@@ -103,15 +93,15 @@ def test_chat_stream_reassembles_to_the_saved_answer(client: openai.OpenAI) -> N
 
 
 def test_n2_and_n1_calls(client: openai.OpenAI) -> None:
-    both = client.chat.completions.create(model=MODEL, messages=user("colors?"), n=2)  # type: ignore
+    both = client.chat.completions.create(model=MODEL, messages=user("colors?"), n=2)
     assert [c.message.content for c in both.choices] == ["red", "blue"]
-    one = [client.chat.completions.create(model=MODEL, messages=user("colors?"))  # type: ignore
+    one = [client.chat.completions.create(model=MODEL, messages=user("colors?"))
            .choices[0].message.content for _ in range(2)]
     assert one == ["red", "blue"]
 
 
 def test_streamed_n2_streams_each_index(client: openai.OpenAI) -> None:
-    stream = client.chat.completions.create(model=MODEL, messages=user("colors?"),  # type: ignore
+    stream = client.chat.completions.create(model=MODEL, messages=user("colors?"),
                                             n=2, stream=True)
     texts = {0: "", 1: ""}
     for chunk in stream:
@@ -121,11 +111,11 @@ def test_streamed_n2_streams_each_index(client: openai.OpenAI) -> None:
 
 
 def test_tool_calls_replay(client: openai.OpenAI) -> None:
-    tools = [{"type": "function", "function": {"name": "add"}}]
-    r = client.chat.completions.create(model=MODEL, messages=user("tool?"),  # type: ignore
-                                       tools=tools)
+    r = client.chat.completions.create(model=MODEL, messages=user("tool?"), tools=[
+        {"type": "function", "function": {"name": "add"}}])
     calls = r.choices[0].message.tool_calls
-    assert calls is not None and calls[0].function.arguments == CALL["function"]["arguments"]
+    assert calls is not None and isinstance(calls[0], ChatCompletionMessageFunctionToolCall)
+    assert calls[0].function.arguments == CALL["function"]["arguments"]
     assert r.choices[0].finish_reason == "tool_calls"
 
 
@@ -139,18 +129,16 @@ def test_completions_batch_and_stream(client: openai.OpenAI) -> None:
 
 
 async def test_async_client_under_concurrency(server: tuple[str, Counting]) -> None:
-    client = openai.AsyncOpenAI(base_url=server[0], api_key="dummy")
-
-    async def one(i: int) -> str | None:
+    async def one(client: openai.AsyncOpenAI, i: int) -> str | None:
         if i % 2:
             r = await client.completions.create(model=MODEL, prompt="The capital of France is")
             return r.choices[0].text
-        c = await client.chat.completions.create(model=MODEL, messages=user("2+2?"))  # type: ignore
+        c = await client.chat.completions.create(model=MODEL, messages=user("2+2?"))
         return c.choices[0].message.content
 
-    answers = await asyncio.gather(*(one(i) for i in range(64)))
+    async with openai.AsyncOpenAI(base_url=server[0], api_key="dummy") as client:
+        answers = await asyncio.gather(*(one(client, i) for i in range(64)))
     assert answers == ["4", " Paris."] * 32
-    await client.close()
 
 
 @pytest.mark.parametrize("text, n, code", [
@@ -164,22 +152,22 @@ def test_replay_errors_are_400_and_sent_once(client: openai.OpenAI,
                                              text: str, n: int, code: str) -> None:
     before = len(server[1].seen)
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=MODEL, messages=user(text), n=n)  # type: ignore
+        client.chat.completions.create(model=MODEL, messages=user(text), n=n)
     assert e.value.code == code
     assert len(server[1].seen) == before + 1
 
 
 def test_exhausted_after_the_saved_samples(client: openai.OpenAI) -> None:
     for _ in range(2):
-        client.chat.completions.create(model=MODEL, messages=user("colors?"))  # type: ignore
+        client.chat.completions.create(model=MODEL, messages=user("colors?"))
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=MODEL, messages=user("colors?"))  # type: ignore
+        client.chat.completions.create(model=MODEL, messages=user("colors?"))
     assert e.value.code == "replay_exhausted"
 
 
 def test_a_miss_says_where_the_nearest_prompt_differs(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=MODEL, messages=user("2+2? "))  # type: ignore
+        client.chat.completions.create(model=MODEL, messages=user("2+2? "))
     assert "saved.jsonl:1" in e.value.message
     assert "message 0 (user), character 4" in e.value.message
 
@@ -194,7 +182,7 @@ def test_unknown_model_is_404_and_not_retried(client: openai.OpenAI,
                                               server: tuple[str, Counting]) -> None:
     before = len(server[1].seen)
     with pytest.raises(openai.NotFoundError) as e:
-        client.chat.completions.create(model="gpt-4o", messages=user("2+2?"))  # type: ignore
+        client.chat.completions.create(model="gpt-4o", messages=user("2+2?"))
     assert "The model `gpt-4o` does not exist" in e.value.message and MODEL in e.value.message
     assert len(server[1].seen) == before + 1
 
@@ -231,7 +219,7 @@ def test_malformed_completion_requests_are_400(server: tuple[str, Counting], bod
 
 
 def test_unknown_fields_are_ignored(client: openai.OpenAI) -> None:
-    r = client.chat.completions.create(model=MODEL, messages=user("2+2?"),  # type: ignore
+    r = client.chat.completions.create(model=MODEL, messages=user("2+2?"),
                                        extra_body={"top_k": 5, "chat_template_kwargs": {}})
     assert r.choices[0].message.content == "4"
 
@@ -246,17 +234,15 @@ def test_unknown_routes_and_methods_use_the_envelope(server: tuple[str, Counting
     assert_error(httpx.get(server[0] + "/chat/completions"), 405, 405)
 
 
-def test_models_health_and_status(server: tuple[str, Counting]) -> None:
+def test_models_health_and_status(server: tuple[str, Counting], client: openai.OpenAI
+                                  ) -> None:
     base = server[0].removesuffix("/v1")
-    models = openai.OpenAI(base_url=server[0], api_key="x").models.list()
+    models = client.models.list()
     assert [m.id for m in models.data] == [MODEL]
     assert httpx.get(base + "/health").status_code == 200
-    httpx.post(base + "/replay/reset")
-    openai.OpenAI(base_url=server[0], api_key="x").chat.completions.create(
-        model=MODEL, messages=user("2+2?"))  # type: ignore
+    client.chat.completions.create(model=MODEL, messages=user("2+2?"))
     with pytest.raises(openai.BadRequestError):
-        openai.OpenAI(base_url=server[0], api_key="x").chat.completions.create(
-            model=MODEL, messages=user("nope"))  # type: ignore
+        client.chat.completions.create(model=MODEL, messages=user("nope"))
     status = httpx.get(base + "/replay/status").json()
     model = status["models"][MODEL]
     assert model["records"] == len(RECORDS) and model["prompts"] == 7

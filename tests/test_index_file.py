@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import re
-import signal
 import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import openai
@@ -18,11 +14,9 @@ from replay_server.index_file import StoredIndex
 from replay_server.loader import load
 from replay_server.settings import Settings
 
-from .support import chat_record, chat_response, serving, user, write_jsonl
+from .support import CLI, ROOT, chat_record, chat_response, serving, spawn, user, write_jsonl
 
-ROOT = Path(__file__).parent.parent
 SAVED = [ROOT / "examples", ROOT / "tests" / "data" / "openai_batch"]
-CLI = [sys.executable, "-m", "replay_server"]
 
 
 @pytest.fixture(scope="module")
@@ -101,40 +95,20 @@ def test_a_non_index_file_is_refused(tmp_path: Path) -> None:
         StoredIndex(fake)
 
 
-def start_serve(*args: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([*CLI, "serve", *args, "--port", "0", "--log-level", "warning"],
-                            cwd=ROOT, text=True, stderr=subprocess.PIPE)
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        found = re.search(r"ready on (http://\S+/v1)", line)
-        if found:
-            threading.Thread(target=proc.stderr.read, daemon=True).start()
-            return proc, found.group(1)
-    proc.wait()
-    proc.stderr.close()
-    raise AssertionError("serve did not start")
-
-
 @pytest.mark.http
 def test_several_workers_share_one_index(tmp_path: Path) -> None:
     saved = write_jsonl(tmp_path / "run.jsonl", [
         chat_record(f"q{i}", chat_response(f"a{i}"), line=i) for i in range(50)])
     index = tmp_path / "run.idx"
     index_file.write(load([saved], progress=False), index)
-    proc, url = start_serve(str(index), "--workers", "2")
-    try:
-        client = openai.OpenAI(base_url=url, api_key="x")
+    with spawn("serve", str(index), "--workers", "2", "--log-level", "warning") as server, \
+            openai.OpenAI(base_url=server.url, api_key="x") as client:
         for i in range(50):
             r = client.chat.completions.create(model="test/model", messages=user(f"q{i}"))
             assert r.choices[0].message.content == f"a{i}"
-        workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+        workers = subprocess.run(["pgrep", "-P", str(server.proc.pid)], capture_output=True,
                                  text=True).stdout.split()
         assert len(workers) >= 2
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(20)
-        assert proc.stderr is not None
-        proc.stderr.close()
 
 
 def test_workers_are_refused_without_an_index_or_with_ordered_samples(built: Path) -> None:

@@ -135,7 +135,8 @@ def test_equal_requests_under_the_allowed_normalisations_have_equal_keys(
             m["content"] = [{"type": "text", "text": m["content"]}]
         if data.draw(st.booleans()):
             m["name"] = None
-    extra = {"tool_choice": "auto"} if not tools and data.draw(st.booleans()) else {}
+    extra: dict[str, Any] = ({"tool_choice": "auto"} if not tools and data.draw(st.booleans())
+                             else {})
     if data.draw(st.booleans()):
         extra["response_format"] = {"type": "text"}
     request = shuffled_keys({"messages": variant, "tools": tools or None, **extra}, data)

@@ -335,21 +335,21 @@ def test_fake_upstream_answers_as_its_chat_path_does(upstream: tuple[str, Path])
 @pytest.mark.http
 def test_fake_upstream_stores_and_continues_responses(upstream: tuple[str, Path]) -> None:
     url, log = upstream
-    client = openai.OpenAI(base_url=url, api_key="x")
-    first = client.responses.create(model=MODEL, input=FAKE_REQUESTS["function_call"]["input"],
-                                    tools=[CALCULATOR], temperature=0)
-    (fc,) = first.output
-    assert fc.type == "function_call" and json.loads(fc.arguments) == {"expression": "6 * 7"}
-    assert client.responses.retrieve(first.id).model_dump() == first.model_dump()
-    second = client.responses.create(
-        model=MODEL, previous_response_id=first.id, tools=[CALCULATOR], temperature=0,
-        input=[{"type": "function_call_output", "call_id": fc.call_id, "output": "42"}])
-    assert second.output_text == "The answer is 42." and second.previous_response_id == first.id
-    unstored = client.responses.create(model=MODEL, input="What is 1 + 1?", store=False)
-    with pytest.raises(openai.NotFoundError):
-        client.responses.retrieve(unstored.id)
-    with pytest.raises(openai.NotFoundError):
-        client.responses.create(model=MODEL, input="hi", previous_response_id="resp_nope")
+    with openai.OpenAI(base_url=url, api_key="x") as client:
+        first = client.responses.create(model=MODEL, input=FAKE_REQUESTS["function_call"]["input"],
+                                        tools=[CALCULATOR], temperature=0)
+        (fc,) = first.output
+        assert fc.type == "function_call" and json.loads(fc.arguments) == {"expression": "6 * 7"}
+        assert client.responses.retrieve(first.id).model_dump() == first.model_dump()
+        second = client.responses.create(
+            model=MODEL, previous_response_id=first.id, tools=[CALCULATOR], temperature=0,
+            input=[{"type": "function_call_output", "call_id": fc.call_id, "output": "42"}])
+        assert second.output_text == "The answer is 42." and second.previous_response_id == first.id
+        unstored = client.responses.create(model=MODEL, input="What is 1 + 1?", store=False)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(unstored.id)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.create(model=MODEL, input="hi", previous_response_id="resp_nope")
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     gets = [line for line in lines if line.get("method") == "GET"]
     assert gets and gets[0]["path"] == f"/v1/responses/{first.id}"
@@ -382,8 +382,7 @@ def saved_app(saved: dict[str, Any]) -> Starlette:
 @pytest.mark.parametrize("name", SAVED)
 def test_the_openai_client_reads_events_for_as_the_saved_response(name: str) -> None:
     saved = SAVED[name]
-    with running(saved_app(saved)) as url:
-        client = openai.OpenAI(base_url=url, api_key="x")
+    with running(saved_app(saved)) as url, openai.OpenAI(base_url=url, api_key="x") as client:
         plain = client.responses.create(model=MODEL, input="q")
         events = list(client.responses.create(model=MODEL, input="q", stream=True))
         with client.responses.stream(model=MODEL, input="q", tools=[CALCULATOR]) as stream:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import re
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,14 +24,13 @@ from replay_server.recorder import Recorder, RecordWriter, create_record_app
 from replay_server.records import CHAT_PATH
 
 from .fakemodel.server import create_app as fake_model
-from .support import running, serving
+from .support import running, serving, spawn, wait_for
 
 pytestmark = pytest.mark.http
-ROOT = Path(__file__).parent.parent
 MODEL = "tiny-model"
 
 
-def question(i: int) -> list[dict[str, str]]:
+def question(i: int) -> list[Any]:
     return [{"role": "user", "content": f"What is {i} + {i + 3}?"}]
 
 
@@ -96,23 +92,25 @@ def session(client: openai.OpenAI) -> dict[str, Any]:
 def test_record_then_replay_gives_identical_answers(recorder: tuple[str, Recorder],
                                                     tmp_path: Path) -> None:
     url, rec = recorder
-    original = session(openai.OpenAI(base_url=url, api_key="sk-secret-not-saved"))
+    with openai.OpenAI(base_url=url, api_key="sk-secret-not-saved") as client:
+        original = session(client)
     assert (rec.counts["recorded"], rec.counts["records"]) == (9, 11)
     assert len(set(map(str, original["repeats"]))) > 1, "the repeats should differ"
-    with serving([tmp_path / "run.jsonl"]) as replay_url:
-        replayed = session(openai.OpenAI(base_url=replay_url, api_key="x"))
+    with serving([tmp_path / "run.jsonl"]) as replay_url, \
+            openai.OpenAI(base_url=replay_url, api_key="x") as client:
+        replayed = session(client)
     assert replayed == original
     assert b"sk-secret-not-saved" not in (tmp_path / "run.jsonl").read_bytes()
 
 
 def test_streams_are_saved_with_reasoning_usage_and_finish_reason(
         recorder: tuple[str, Recorder], tmp_path: Path) -> None:
-    client = openai.OpenAI(base_url=recorder[0], api_key="x")
-    plain = client.chat.completions.create(model=MODEL, messages=question(7), n=3,
-                                           temperature=0)
-    streamed_body = streamed(client.chat.completions.create(
-        model=MODEL, messages=question(7), n=3, temperature=0, stream=True,
-        stream_options={"include_usage": True}))
+    with openai.OpenAI(base_url=recorder[0], api_key="x") as client:
+        plain = client.chat.completions.create(model=MODEL, messages=question(7), n=3,
+                                               temperature=0)
+        streamed_body = streamed(client.chat.completions.create(
+            model=MODEL, messages=question(7), n=3, temperature=0, stream=True,
+            stream_options={"include_usage": True}))
     assert {i: (c.message.content, c.finish_reason) for i, c in enumerate(plain.choices)} == {
         i: (s["content"], s["finish"]) for i, s in streamed_body.items()}
     lines = (tmp_path / "run.jsonl").read_bytes().splitlines()
@@ -141,15 +139,14 @@ def test_upstream_errors_pass_through_unrecorded(recorder: tuple[str, Recorder],
 
 
 def test_models_are_forwarded(recorder: tuple[str, Recorder]) -> None:
-    models = openai.OpenAI(base_url=recorder[0], api_key="x").models.list()
+    with openai.OpenAI(base_url=recorder[0], api_key="x") as client:
+        models = client.models.list()
     assert [m.id for m in models.data] == [MODEL]
 
 
 async def test_concurrent_exchanges_are_all_saved_whole(recorder: tuple[str, Recorder],
                                                         tmp_path: Path) -> None:
-    client = openai.AsyncOpenAI(base_url=recorder[0], api_key="x")
-
-    async def one(i: int) -> str:
+    async def one(client: openai.AsyncOpenAI, i: int) -> str:
         if i % 2:
             stream = await client.chat.completions.create(model=MODEL, messages=question(100 + i),
                                                           stream=True)
@@ -157,8 +154,8 @@ async def test_concurrent_exchanges_are_all_saved_whole(recorder: tuple[str, Rec
         r = await client.chat.completions.create(model=MODEL, messages=question(100 + i))
         return r.choices[0].message.content or ""
 
-    answers = await asyncio.gather(*(one(i) for i in range(64)))
-    await client.close()
+    async with openai.AsyncOpenAI(base_url=recorder[0], api_key="x") as client:
+        answers = await asyncio.gather(*(one(client, i) for i in range(64)))
     lines = (tmp_path / "run.jsonl").read_bytes().splitlines()
     assert len(lines) == 64
     saved = {orjson.loads(line)["request"]["messages"][0]["content"]:
@@ -187,14 +184,6 @@ def staged_upstream(release: threading.Event, die: bool = False) -> Starlette:
 
 
 STREAM = {"model": "m", "messages": question(1), "stream": True}
-
-
-def wait_for(condition: Any) -> None:
-    for _ in range(6000):
-        if condition():
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("condition never became true")
 
 
 def test_a_stream_reaches_the_client_as_it_arrives(tmp_path: Path) -> None:
@@ -256,44 +245,35 @@ def test_two_recorders_cannot_write_one_file(tmp_path: Path) -> None:
 def test_sigkill_loses_no_acknowledged_exchange_and_leaves_no_torn_line(
         upstream: str, tmp_path: Path) -> None:
     out = tmp_path / "killed.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "replay_server", "record", "--upstream",
-                             upstream, "--out", str(out), "--port", "0", "--log-level",
-                             "warning"], stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    assert proc.stderr is not None
-    url = next(m.group(1) for line in proc.stderr
-               if (m := re.search(r"ready on (http://\S+/v1)", line)))
-    drain = threading.Thread(target=proc.stderr.read, daemon=True)
-    drain.start()
     acknowledged: list[str] = []
     lock = threading.Lock()
 
-    def client(worker: int) -> None:
-        http = httpx.Client(timeout=10)
-        for i in range(1000):
-            content = f"What is {worker} + {i}?"
-            body = {"model": MODEL, "messages": [{"role": "user", "content": content}],
-                    "stream": i % 2 == 0}
-            try:
-                r = http.post(url + "/chat/completions", json=body)
-                complete = r.status_code == 200 and (
-                    not body["stream"] or r.text.endswith("data: [DONE]\n\n"))
-            except httpx.HTTPError:
-                return
-            if complete:
-                with lock:
-                    acknowledged.append(content)
+    def client(url: str, worker: int) -> None:
+        with httpx.Client(timeout=10) as http:
+            for i in range(1000):
+                content = f"What is {worker} + {i}?"
+                body = {"model": MODEL, "messages": [{"role": "user", "content": content}],
+                        "stream": i % 2 == 0}
+                try:
+                    r = http.post(url + "/chat/completions", json=body)
+                    complete = r.status_code == 200 and (
+                        not body["stream"] or r.text.endswith("data: [DONE]\n\n"))
+                except httpx.HTTPError:
+                    return
+                if complete:
+                    with lock:
+                        acknowledged.append(content)
 
-    workers = [threading.Thread(target=client, args=(w,)) for w in range(16)]
-    for w in workers:
-        w.start()
-    wait_for(lambda: len(acknowledged) >= 200 or proc.poll() is not None)
-    assert proc.poll() is None, "the recorder died on its own"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    drain.join(10)
-    proc.stderr.close()
-    for w in workers:
-        w.join(30)
+    with spawn("record", "--upstream", upstream, "--out", str(out), "--log-level",
+               "warning") as recording:
+        workers = [threading.Thread(target=client, args=(recording.url, w)) for w in range(16)]
+        for w in workers:
+            w.start()
+        wait_for(lambda: len(acknowledged) >= 200 or recording.proc.poll() is not None)
+        assert recording.proc.poll() is None, "the recorder died on its own"
+        recording.stop(signal.SIGKILL)
+        for w in workers:
+            w.join(30)
     data = out.read_bytes()
     assert data.endswith(b"\n"), "a torn last line"
     saved = {orjson.loads(line)["request"]["messages"][0]["content"]
@@ -307,11 +287,13 @@ def test_header_values_are_forwarded_without_surrounding_spaces(
     """lm-eval sends `Authorization: Bearer ` (no key set); httpx refuses to send that."""
     host, port = recorder[0].removeprefix("http://").removesuffix("/v1").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    conn.request("POST", "/v1/chat/completions", headers={"Authorization": "Bearer ",
-                                                          "Content-Type": "application/json"},
-                 body=orjson.dumps({"model": MODEL, "messages": question(40)}))
-    assert conn.getresponse().status == 200
-    conn.close()
+    try:
+        conn.request("POST", "/v1/chat/completions",
+                     headers={"Authorization": "Bearer ", "Content-Type": "application/json"},
+                     body=orjson.dumps({"model": MODEL, "messages": question(40)}))
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
     assert recorder[1].counts["recorded"] == 1
 
 

@@ -57,15 +57,16 @@ def test_one_sample_of_several_gets_its_own_usage_or_null() -> None:
 
 
 def test_samples_from_several_exchanges_count_the_prompt_once() -> None:
-    parts = [(exchange(chat_response(t)), None) for t in "xyz"]
+    parts: list[tuple[Exchange, int | None]] = [(exchange(chat_response(t)), None)
+                                                for t in "xyz"]
     body = replies.body([parts])
     assert [c["index"] for c in body["choices"]] == [0, 1, 2]
     assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 6, "total_tokens": 16}
 
 
 def test_a_missing_count_is_never_invented() -> None:
-    parts = [(exchange(chat_response("x")), None), (exchange(chat_response("y", usage=None)),
-                                                    None)]
+    parts: list[tuple[Exchange, int | None]] = [
+        (exchange(chat_response("x")), None), (exchange(chat_response("y", usage=None)), None)]
     assert replies.body([parts])["usage"] is None
 
 

@@ -11,6 +11,7 @@ that the ids lm-eval really sent are the ones computed from the samples files.
 from __future__ import annotations
 
 import builtins
+import importlib
 import importlib.util
 import json
 import math
@@ -36,11 +37,18 @@ from replay_server.tokens import (
     loglikelihood_input,
 )
 
-pytest.importorskip("tokenizers")
-api_models = pytest.importorskip("lm_eval.models.api_models")
-openai_completions = pytest.importorskip("lm_eval.models.openai_completions")
-Instance = pytest.importorskip("lm_eval.api.instance").Instance
-parse_logprobs = openai_completions.LocalCompletionsAPI.parse_logprobs
+pytestmark = pytest.mark.harness  # lm-eval, transformers, litellm's tokenizer files
+
+
+def lm_eval(module: str) -> Any:
+    """lm-eval's `module`, imported by the test that uses it: without the harness extra
+    this file is still collected (and its tests deselected by their marker)."""
+    return importlib.import_module("lm_eval." + module)
+
+
+def parse_logprobs(**kwargs: Any) -> Any:
+    return lm_eval("models.openai_completions").LocalCompletionsAPI.parse_logprobs(**kwargs)
+
 
 DATA = Path(__file__).parent / "data"
 WORDLEVEL = DATA / "gen" / "tokenizer"
@@ -160,7 +168,7 @@ def test_token_ids_equal_transformers(folders: dict[str, Path],
     tokens (lm-eval's add_bos_token), on texts with special tokens, odd whitespace and
     non-ASCII; the post-processor rules (add_bos_token/add_eos_token in the config, no
     post-processor) and special tokens missing from tokenizer.json included."""
-    transformers = pytest.importorskip("transformers")
+    import transformers
     for name, folder in folders.items():  # lm-eval's prefix_token_id and eos_string
         ref = transformers.AutoTokenizer.from_pretrained(str(folder))
         ours = toks[name]
@@ -184,7 +192,7 @@ def test_token_ids_equal_transformers(folders: dict[str, Path],
 def test_decode_equals_transformers_batch_decode(folders: dict[str, Path],
                                                  toks: dict[str, tokens.LocalTokenizer]
                                                  ) -> None:
-    transformers = pytest.importorskip("transformers")
+    import transformers
     for name in ("wordlevel", "bpe", "deepseek"):
         if name not in folders:
             continue
@@ -247,13 +255,12 @@ class ReplayStandIn:
 @pytest.fixture(scope="module")
 def lm_eval_models(folders: dict[str, Path]) -> Callable[..., Any]:
     """LocalCompletionsAPI instances (transformers loads each tokenizer folder once)."""
-    pytest.importorskip("transformers")
     cache: dict[tuple[Any, ...], Any] = {}
 
     def make(name: str, **model_args: Any) -> Any:
         key = (name, tuple(sorted(model_args.items())))
         if key not in cache:
-            cache[key] = openai_completions.LocalCompletionsAPI(
+            cache[key] = lm_eval("models.openai_completions").LocalCompletionsAPI(
                 model="m", base_url="http://127.0.0.1:9/v1/completions",
                 tokenizer=str(folders[name]), tokenizer_backend="huggingface", **model_args)
         return cache[key]
@@ -268,7 +275,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[tokens.Local
 
     def install(tok: tokens.LocalTokenizer) -> ReplayStandIn:
         server = ReplayStandIn(tok)
-        monkeypatch.setattr(api_models.requests, "post", server.post)
+        monkeypatch.setattr(lm_eval("models.api_models").requests, "post", server.post)
         made.append(server)
         return server
 
@@ -276,7 +283,8 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[tokens.Local
 
 
 def _instances(kind: str, args: list[tuple[Any, ...]]) -> list[Any]:
-    return [Instance(request_type=kind, doc={}, arguments=a, idx=i) for i, a in enumerate(args)]
+    instance = lm_eval("api.instance").Instance
+    return [instance(request_type=kind, doc={}, arguments=a, idx=i) for i, a in enumerate(args)]
 
 
 def _saved_value(i: int) -> tuple[float, bool]:
@@ -401,7 +409,12 @@ def test_encode_pair_equals_lm_eval_on_any_text(ctx: str, cont: str, add_bos: bo
     if ctx == "":
         assume(tok.encode(cont, add_special_tokens=add_bos))
     seen: list[Any] = []
-    lm._loglikelihood_tokens = lambda reqs, **_: seen.extend(reqs) or [(0.0, True)]
+
+    def scored(requests: list[Any], **_: Any) -> list[tuple[float, bool]]:
+        seen.extend(requests)
+        return [(0.0, True)]
+
+    lm._loglikelihood_tokens = scored
     try:
         lm.loglikelihood(_instances("loglikelihood", [(ctx, cont)]), disable_tqdm=True)
     finally:

@@ -74,7 +74,8 @@ SAMPLING = (("max_new_tokens", "max_completion_tokens"), ("stop_tokens", "stop")
 BATCH_ROWS = 256
 DUPLICATE = "row repeats a doc already read (same prompt and answer)"
 NO_PYARROW = ("reading lighteval details (parquet) needs pyarrow: "
-              "pip install 'replay-server[parquet]'")
+              "pip install 'replay-server[parquet]' (the Docker image: build it with "
+              "--build-arg EXTRAS='tokens parquet')")
 
 
 @dataclass(frozen=True)

@@ -170,9 +170,9 @@ def token_logprob(prev_text: str, tok: str) -> tuple[float, str | None, float]:
     return lp, "the", -0.3
 
 
-def logprob_block(tokens: list[str], start_text: str, k: int) -> dict:
+def logprob_block(tokens: list[str], start_text: str, k: int) -> dict[str, Any]:
     """vLLM completions `logprobs` for `tokens` following `start_text` (echo: start_text="")."""
-    out: dict[str, list] = {
+    out: dict[str, list[Any]] = {
         "text_offset": [],
         "token_logprobs": [],
         "tokens": [],
@@ -196,7 +196,7 @@ def logprob_block(tokens: list[str], start_text: str, k: int) -> dict:
     return out
 
 
-def chat_logprobs(content: str | None, prev: str, top_n: int | None) -> dict:
+def chat_logprobs(content: str | None, prev: str, top_n: int | None) -> dict[str, Any]:
     items = []
     text = prev
     for tok in tokenize(content or ""):
@@ -239,7 +239,7 @@ class FakeModel:
             self.counters[key] = c + 1
             return c
 
-    def log(self, entry: dict) -> None:
+    def log(self, entry: dict[str, Any]) -> None:
         if not self.log_path:
             return
         line = json.dumps(entry, ensure_ascii=False) + "\n"
@@ -278,19 +278,19 @@ def _limit(
     return reasoning, content, finish, stop_reason
 
 
-def _stop_list(body: dict) -> list[str]:
+def _stop_list(body: dict[str, Any]) -> list[str]:
     stop = body.get("stop")
     if stop is None:
         return []
     return [stop] if isinstance(stop, str) else [s for s in stop if isinstance(s, str)]
 
 
-def _max_tokens(body: dict) -> int | None:
+def _max_tokens(body: dict[str, Any]) -> int | None:
     v = body.get("max_completion_tokens", body.get("max_tokens"))
     return int(v) if v is not None else None
 
 
-def chat_prompt_tokens(messages: list[dict], tools: Any) -> int:
+def chat_prompt_tokens(messages: list[dict[str, Any]], tools: Any) -> int:
     n = 1
     for m in messages:
         n += 3 + count_tokens(message_text(m.get("content")))

@@ -35,17 +35,18 @@ from .behaviour import (
 DSPY_FIELD = re.compile(r"starting with the field `\[\[ ## (\w+) ## \]\]`")
 
 
-def build_chat(fm: FakeModel, body: dict) -> dict:
+def build_chat(fm: FakeModel, body: dict[str, Any]) -> dict[str, Any]:
     messages = body["messages"]
     tools = body.get("tools") or None
     key = canonical({"messages": messages, "tools": tools})
     n = int(body.get("n") or 1)
-    temperature = float(body.get("temperature") if body.get("temperature") is not None else 1.0)
+    temperature = float(body["temperature"] if body.get("temperature") is not None else 1.0)
     ks = fm.sample_indices(key, n, temperature)
     stop = _stop_list(body)
     max_tokens = _max_tokens(body)
     last = messages[-1] if messages else {}
-    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+    last_user: dict[str, Any] = next(
+        (m for m in reversed(messages) if m.get("role") == "user"), {})
     choices = []
     completion_tokens = 0
     reasoning_tokens = 0
@@ -92,7 +93,7 @@ def build_chat(fm: FakeModel, body: dict) -> dict:
         else:
             if last.get("role") == "tool":
                 result = message_text(last.get("content")).strip()
-                reasoning = f"The calculator says {result}."
+                reasoning: str | None = f"The calculator says {result}."
                 content = f"The answer is {result}."
             else:
                 reasoning, content = chat_answer(key, k, message_text(last_user.get("content")))
@@ -145,14 +146,14 @@ def build_chat(fm: FakeModel, body: dict) -> dict:
     }
 
 
-def chat_chunks(resp: dict, include_usage: bool) -> list[dict]:
+def chat_chunks(resp: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
     base = {
         "id": resp["id"],
         "object": "chat.completion.chunk",
         "created": resp["created"],
         "model": resp["model"],
     }
-    chunks: list[dict] = []
+    chunks: list[dict[str, Any]] = []
     for ch in resp["choices"]:
         i = ch["index"]
         msg = ch["message"]
@@ -279,10 +280,10 @@ def _prompts(prompt: Any) -> list[str | list[int]]:
     )
 
 
-def build_completion(fm: FakeModel, body: dict) -> dict:
+def build_completion(fm: FakeModel, body: dict[str, Any]) -> dict[str, Any]:
     prompts = _prompts(body.get("prompt"))
     n = int(body.get("n") or 1)
-    temperature = float(body.get("temperature") if body.get("temperature") is not None else 1.0)
+    temperature = float(body["temperature"] if body.get("temperature") is not None else 1.0)
     stop = _stop_list(body)
     max_tokens = _max_tokens(body)
     if max_tokens is None:
@@ -346,14 +347,14 @@ def build_completion(fm: FakeModel, body: dict) -> dict:
     }
 
 
-def completion_chunks(resp: dict, include_usage: bool) -> list[dict]:
+def completion_chunks(resp: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
     base = {
         "id": resp["id"],
         "object": "text_completion",
         "created": resp["created"],
         "model": resp["model"],
     }
-    chunks: list[dict] = []
+    chunks: list[dict[str, Any]] = []
     for ch in resp["choices"]:
         toks = tokenize(ch["text"]) or [""]
         for t_i, tok in enumerate(toks):

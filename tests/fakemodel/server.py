@@ -48,6 +48,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -91,9 +93,8 @@ def create_app(
                 raise ValueError("body must be a JSON object")
         except ValueError as e:
             resp = _error(f"invalid JSON body: {e}")
-            fm.log(
-                {"path": path, "request": None, "status": 400, "response": json.loads(resp.body)}
-            )
+            fm.log({"path": path, "request": None, "status": 400,
+                    "response": json.loads(bytes(resp.body))})
             return resp
         try:
             if kind == "chat":
@@ -107,22 +108,20 @@ def create_app(
         except KeyError as e:
             param = str(e).strip("'")
             resp = _error(f"1 validation error: field '{param}' is required", param=param)
-            fm.log(
-                {"path": path, "request": body, "status": 400, "response": json.loads(resp.body)}
-            )
+            fm.log({"path": path, "request": body, "status": 400,
+                    "response": json.loads(bytes(resp.body))})
             return resp
         except (ValueError, TypeError) as e:
             resp = _error(str(e))
-            fm.log(
-                {"path": path, "request": body, "status": 400, "response": json.loads(resp.body)}
-            )
+            fm.log({"path": path, "request": body, "status": 400,
+                    "response": json.loads(bytes(resp.body))})
             return resp
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             chunks = (chat_chunks if kind == "chat" else completion_chunks)(out, include_usage)
             fm.log({"path": path, "request": body, "response": out, "chunks": chunks})
 
-            async def gen():
+            async def gen() -> AsyncIterator[str]:
                 for c in chunks:
                     yield f"data: {json.dumps(c, ensure_ascii=False)}\n\n"
                 yield "data: [DONE]\n\n"
@@ -138,7 +137,7 @@ def create_app(
         return await handle(request, "completions")
 
     async def list_models(request: Request) -> Response:
-        data = [
+        data: list[dict[str, Any]] = [
             {
                 "id": m,
                 "object": "model",

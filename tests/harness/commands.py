@@ -11,10 +11,8 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from ..support import Spawned, spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -71,54 +71,26 @@ def run(title: str, args: Sequence[str], env: dict[str, str], cwd: Path,
 
 
 class Service:
-    """`replay-server serve|record ARGS --port 0` in the background; `url` is the /v1 base
-    URL from its `ready on URL` line. Its log is kept in `lines` as it comes."""
+    """A `replay-server serve|record` running in the background (see `service`): `url` is
+    its /v1 base URL, `lines` its log as it comes."""
 
-    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None) -> None:
-        self.args = [*REPLAY, *args, "--port", "0"]
-        note("background", [f"$ {shlex.join(self.args)} &"])
-        self.proc = subprocess.Popen(self.args, cwd=ROOT, env=env, text=True,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        assert self.proc.stderr is not None
-        self.lines: list[str] = []
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            if found := re.search(r"ready on (http://\S+/v1)", line):
-                self.url = found.group(1)
-                break
-        else:
-            self.proc.wait(10)
-            raise AssertionError("no ready line:\n" + "".join(self.lines))
-        self._drain = threading.Thread(target=self._read, daemon=True)
-        self._drain.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        self.lines.extend(self.proc.stderr)
+    def __init__(self, spawned: Spawned) -> None:
+        self.url = spawned.url
+        self.lines = spawned.lines
 
     def status(self) -> dict[str, Any]:
         body: dict[str, Any] = httpx.get(self.url.removesuffix("/v1") + "/replay/status").json()
         return body
 
-    def stop(self) -> str:
-        """Stop it as a user does (Ctrl-C); its whole log."""
-        self.proc.send_signal(signal.SIGINT)
-        code = self.proc.wait(30)
-        self._drain.join(10)
-        assert self.proc.stderr is not None
-        self.proc.stderr.close()
-        assert code == 0, "".join(self.lines)
-        return "".join(self.lines)
-
 
 @contextmanager
-def service(*args: str, env: dict[str, str] | None = None) -> Iterator[Service]:
-    started = Service(args, env)
-    try:
-        yield started
-    finally:
-        if started.proc.poll() is None:
-            started.stop()
+def service(*args: str) -> Iterator[Service]:
+    """`replay-server ARGS --port 0` in the background, noted; then stopped as a user does
+    (Ctrl-C), which it must end with exit status 0."""
+    note("background", [f"$ {shlex.join([*REPLAY, *args, '--port', '0'])} &"])
+    with spawn(*args) as spawned:
+        yield Service(spawned)
+        assert spawned.stop() == 0, spawned.output
 
 
 def all_hit(status: dict[str, Any]) -> dict[str, int]:
