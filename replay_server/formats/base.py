@@ -97,16 +97,28 @@ def json_lines(path: Path, ctx: LoadContext) -> Iterator[tuple[int, Any]]:
         yield line, value
 
 
-def read_json(path: Path, ctx: LoadContext) -> dict[str, Any] | None:
-    """A small JSON side file (run metadata), or None when it is missing or not an object."""
+def read_side_file(path: Path, ctx: LoadContext, missing: LoadError | None = None
+                   ) -> bytes | None:
+    """A small side file's bytes (run metadata, a config), counted as progress; None when it
+    is missing (reported as `missing`, if given) or cannot be read (reported)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
+        if missing is not None:
+            ctx.bad(missing)
         return None
     except OSError as e:
         ctx.bad(LoadError(str(path), None, f"cannot read: {e.strerror or e}"))
         return None
     ctx.progress(len(data))
+    return data
+
+
+def read_json(path: Path, ctx: LoadContext) -> dict[str, Any] | None:
+    """A small JSON side file (run metadata), or None when it is missing or not an object."""
+    data = read_side_file(path, ctx)
+    if data is None:
+        return None
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as e:

@@ -46,7 +46,15 @@ import yaml
 
 from ..errors import LoadError
 from ..records import CHAT_PATH, Record, make_record
-from .base import LoadContext, dig, head_keys, json_lines, text_response, usage
+from .base import (
+    LoadContext,
+    dig,
+    head_keys,
+    json_lines,
+    read_side_file,
+    text_response,
+    usage,
+)
 
 HARNESS = "evalscope"
 PREDICTION_KEYS = {"index", "model", "model_output", "messages"}
@@ -99,16 +107,12 @@ class EvalscopeReader:
 
 
 def _config(path: Path, predictions: Path, ctx: LoadContext) -> Config | None:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        ctx.bad(LoadError(str(predictions), None, f"no {path} beside predictions/: evalscope "
-                          "writes its generation_config and repeats there"))
+    data = read_side_file(path, ctx, missing=LoadError(
+        str(predictions), None,
+        f"no {path} beside predictions/: evalscope writes its generation_config and repeats "
+        "there"))
+    if data is None:
         return None
-    except OSError as e:
-        ctx.bad(LoadError(str(path), None, f"cannot read: {e.strerror or e}"))
-        return None
-    ctx.progress(len(data))
     try:
         config = yaml.safe_load(data)
     except yaml.YAMLError as e:
