@@ -28,6 +28,7 @@ ROOT = Path(__file__).parent.parent
 LOGLIKELIHOOD = ("loglikelihood request (its token logprobs are rebuilt from the saved sum with "
                  "the run's tokenizer: give --tokenizer)")
 GEN = Path(__file__).parent / "data" / "gen"
+LOGLIKELIHOOD_CASES = {"loglikelihood_mc", "mc_tokenized"}
 TOKENIZED = {"loglikelihood_mc": GEN / "tokenizer", "mc_tokenized": GEN / "tokenizer_bpe",
              "tokenized_gen": GEN / "tokenizer"}
 DUPLICATE = "row repeats a doc already read (one row per filter)"
@@ -229,7 +230,9 @@ def lm_eval_reads(case: str, request: dict[str, Any], choice: dict[str, Any]
 
 
 @pytest.mark.http
-@pytest.mark.parametrize("case", list(TOKENIZED))
+@pytest.mark.parametrize("case", [  # loglikelihoods are read back with lm-eval's parser
+    pytest.param(case, marks=[pytest.mark.harness] if case in LOGLIKELIHOOD_CASES else [])
+    for case in TOKENIZED])
 def test_with_the_tokenizer_every_token_id_request_gets_the_saved_answer(case: str) -> None:
     """Every request lm-eval sent (token ids, batched), from its samples file alone, in
     strict mode; loglikelihoods read back by lm-eval's parser as saved; and the same
@@ -257,6 +260,7 @@ def test_with_the_tokenizer_every_token_id_request_gets_the_saved_answer(case: s
     assert status["totals"]["unused_samples"] == 0
 
 
+@pytest.mark.harness  # lm-eval's parser reads them
 def test_loglikelihood_answers_are_the_saved_values_exactly() -> None:
     """Each saved (logprob, is_greedy) comes back through lm-eval's parser bit for bit."""
     from replay_server import tokens
