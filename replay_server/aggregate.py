@@ -34,9 +34,9 @@ class StreamAggregator:
     def feed(self, data: bytes) -> bool:
         """Take more bytes of the stream; True once `data: [DONE]` has arrived. Raises
         StreamError, and only that, for a stream it cannot aggregate."""
-        self._buffer += self._lines(data)
-        while b"\n\n" in self._buffer:
-            event, self._buffer = self._buffer.split(b"\n\n", 1)
+        # every whole event at once (one split, not one copy of the rest per event)
+        *events, self._buffer = (self._buffer + self._lines(data)).split(b"\n\n")
+        for event in events:
             try:
                 self._event(event)
             except StreamError:
