@@ -160,6 +160,23 @@ def test_small_delta_frames_are_what_encoding_each_chunk_whole_gives(
             assert got["text"] == text
 
 
+@given(content=TEXTS, cuts=st.lists(st.integers(min_value=0), max_size=12),
+       ends=st.sampled_from([b"\n", b"\r\n", b"\r"]))
+def test_a_stream_fed_in_any_pieces_aggregates_as_fed_whole(
+        content: str, cuts: list[int], ends: bytes) -> None:
+    """The aggregator takes every whole event of what it was fed at once: a stream cut
+    anywhere (a CRLF split in two included) gives the answer it gives fed whole."""
+    raw = b"".join(streams.chunks(CHAT_PATH, chat_response(content), include_usage=True))
+    raw = raw.replace(b"\n", ends)
+    whole = StreamAggregator(chat=True)
+    assert whole.feed(raw)
+    pieces = StreamAggregator(chat=True)
+    points = sorted({c % (len(raw) + 1) for c in cuts} | {0, len(raw)})
+    done = [pieces.feed(raw[a:b]) for a, b in zip(points, points[1:], strict=False)]
+    assert done[-1] and pieces.result() == whole.result()
+    assert whole.result()["choices"][0]["message"]["content"] == content
+
+
 @settings(max_examples=60, deadline=None)
 @given(text=TEXTS, summary=TEXTS, arguments=TEXTS)
 def test_responses_event_frames_are_their_payloads_encoded(text: str, summary: str,

@@ -12,15 +12,16 @@ import openai
 import orjson
 import pytest
 
+from replay_server import streams
 from replay_server.errors import LoadError
 from replay_server.loader import load
 from replay_server.openai_responses import RESPONSES_PATH, aggregate, events_for
 from replay_server.recorder import Recorder, RecordWriter, create_record_app
-from replay_server.records import stream_mismatch, validate
+from replay_server.records import CHAT_PATH, stream_mismatch, validate
 from replay_server.settings import Settings
 
 from .fakemodel.server import create_app as fake_model
-from .support import assert_error, running, serving, write_jsonl
+from .support import assert_error, chat_response, running, serving, user, write_jsonl
 
 MODEL = "tiny-model"
 CALCULATOR: Any = {"type": "function", "name": "calculator", "description": "Evaluates arithmetic.",
@@ -225,6 +226,25 @@ def test_frames_that_do_not_aggregate_to_the_saved_response_are_never_streamed(
                                                           "stream": True})
             error = assert_error(streamed, 400, "replay_unusable")
             assert "does not aggregate" in error["message"] and "run.jsonl:1" in error["message"]
+
+
+def test_chat_frames_that_do_not_aggregate_to_the_saved_answer_are_never_streamed(
+        tmp_path: Path) -> None:
+    """The same for chat: recorded frames that say something else than the saved answer
+    are refused when streamed, never sent."""
+    frames = [f.decode() for f in streams.chunks(CHAT_PATH, chat_response("Hello there."),
+                                                 include_usage=False)]
+    edited = {"replay_record": 1, "endpoint": CHAT_PATH, "model": MODEL,
+              "request": {"model": MODEL, "messages": user("hi")},
+              "response": chat_response("Hello!"), "stream": frames}
+    path = write_jsonl(tmp_path / "run.jsonl", [edited])
+    body = {"model": MODEL, "messages": user("hi")}
+    with serving([path]) as url:
+        plain = httpx.post(url + "/chat/completions", json=body)
+        assert plain.json()["choices"][0]["message"]["content"] == "Hello!"
+        streamed = httpx.post(url + "/chat/completions", json={**body, "stream": True})
+        error = assert_error(streamed, 400, "replay_unusable")
+        assert "does not aggregate" in error["message"] and "run.jsonl:1" in error["message"]
 
 
 def test_strict_mode_compares_the_responses_sampling_fields(tmp_path: Path) -> None:
