@@ -2,7 +2,7 @@
 
 Every server here (serve, run, the workers, the recorder) runs uvicorn with httptools and
 `SlowClientProtocol`, which cuts off a client that does not send a whole request (headers
-and body) in time. Timing it here, once per request, costs the request path nothing.
+and body) in time.
 """
 
 from __future__ import annotations
@@ -37,39 +37,52 @@ def bind(host: str, port: int) -> tuple[socket.socket, str]:
 class SlowClientProtocol(HttpToolsProtocol):
     """uvicorn's HTTP protocol, but a client that has not sent a whole request (headers and
     body) within `read_timeout` seconds of connecting (or of starting the request) is cut
-    off: a trickled request would otherwise hold the connection forever."""
+    off: a trickled request would otherwise hold the connection forever.
+
+    A request only notes when it began; the one timer of a connection is not re-armed per
+    request (a timer armed and cancelled on every request costs more than the rest of this
+    class). When it fires it cuts off a request that is late, waits again for one still
+    in time, and lapses on an idle connection (the next request arms it again).
+    """
 
     read_timeout: float = DEFAULT_READ_TIMEOUT
+    _began: float | None = None  # when the unfinished request (or the connection) began
     _deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm()
+        self._began = self.loop.time()
+        self._arm(self.read_timeout)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        if self._deadline is None:
-            self._arm()
+        if self._began is None:  # else the request began when the connection did
+            self._began = self.loop.time()
+            if self._deadline is None:
+                self._arm(self.read_timeout)
 
     def on_message_complete(self) -> None:
-        self._disarm()
+        self._began = None
         super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
-    def _arm(self) -> None:
-        self._deadline = self.loop.call_later(self.read_timeout, self._too_slow)
-
-    def _disarm(self) -> None:
+        self._began = None
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
+        super().connection_lost(exc)
 
-    def _too_slow(self) -> None:
+    def _arm(self, delay: float) -> None:
+        self._deadline = self.loop.call_later(delay, self._check)
+
+    def _check(self) -> None:
         self._deadline = None
-        if not self.transport.is_closing():
+        if self._began is None:
+            return  # idle between requests: the next one arms the timer again
+        left = self._began + self.read_timeout - self.loop.time()
+        if left > 0:
+            self._arm(left)
+        elif not self.transport.is_closing():
             self.transport.close()
 
 

@@ -582,6 +582,43 @@ def test_a_client_trickling_its_headers_is_cut_off() -> None:
             assert time.monotonic() - start < 4
 
 
+def _answer(sock: socket.socket) -> bytes:
+    """One whole HTTP answer (a Content-Length body) read from a kept-alive connection."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        body += sock.recv(4096)
+    return head
+
+
+@pytest.mark.http
+def test_the_read_timeout_counts_from_each_request_on_a_kept_alive_connection() -> None:
+    get = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    with spawn("serve", "examples/", "--read-timeout", "1") as server:
+        host, port = server.base.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            sock.settimeout(5)
+            sock.sendall(get)
+            assert _answer(sock).startswith(b"HTTP/1.1 200")
+            time.sleep(0.6)  # the next request begins 0.6 s after the connection...
+            sock.sendall(get[:10])
+            time.sleep(0.6)  # ...and ends 1.2 s after it, 0.6 s after it began: in time
+            sock.sendall(get[10:])
+            assert _answer(sock).startswith(b"HTTP/1.1 200")
+            time.sleep(1.5)  # idle longer than the timeout: no request, nothing to cut
+            sock.sendall(get)
+            assert _answer(sock).startswith(b"HTTP/1.1 200")
+            sock.sendall(get[:10])  # but a request that stops half-way is cut off
+            start = time.monotonic()
+            assert sock.recv(100) == b""
+            assert time.monotonic() - start < 4
+
+
 def test_a_line_over_the_cap_is_a_bad_line_named(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "run.jsonl", [chat_record("q", chat_response("a")),
                                                 chat_record("q2", chat_response("b" * 5000))])
