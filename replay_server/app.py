@@ -101,9 +101,9 @@ class ReplayEndpoint:
             total += len(chunk)
             if total > self.max_body:
                 raise self._too_large(total)
-            parts.append(chunk)
             if not message.get("more_body", False):
-                return b"".join(parts)
+                return b"".join((*parts, chunk)) if parts else chunk
+            parts.append(chunk)
 
     def _too_large(self, size: int) -> PayloadTooLarge:
         return PayloadTooLarge(f"the request body has {size} bytes or more; this server "

@@ -394,7 +394,11 @@ def digest(canonical_json: bytes) -> bytes:
 
 
 def key_of(prompt: dict[str, Any]) -> bytes:
-    return digest(canonical(prompt))
+    """`digest(canonical(prompt))`, in one step (on every request)."""
+    try:
+        return hashlib.sha256(orjson.dumps(prompt, option=orjson.OPT_SORT_KEYS)).digest()[:16]
+    except (orjson.JSONEncodeError, RecursionError):
+        return digest(canonical(prompt))  # raises Unkeyable, as canonical says
 
 
 def number(value: Any) -> Any:

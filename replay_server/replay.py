@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 SOURCE_HEADER = b"x-replay-source"
 JSON_HEADERS = [(b"content-type", b"application/json")]
+_JSON_TYPE = JSON_HEADERS[0]
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
 
@@ -78,11 +79,9 @@ class Replayer:
             raise
         if endpoint == RESPONSES_PATH:
             self._key_responses(run, request)
-        elif len(request.keys) == 1 and request.n == 1 and not self.rules.strict \
-                and self.stats.tracked is None:
-            lone = run.entries.get(request.keys[0])
-            if isinstance(lone, Exchange):  # the usual, greedy case: one saved answer
-                return self._whole(run, request, lone)
+        lone = self._lone(run, request)
+        if lone is not None:
+            return self._whole(run, request, lone)
         moves: list[tuple[Any, int]] = []
         chosen = [self._select(run, request, i, prompt, moves)
                   for i, prompt in enumerate(request.prompts)]
@@ -106,20 +105,34 @@ class Replayer:
         return Reply(SSE_HEADERS + headers,
                      streams.stream(endpoint, selections, request.include_usage))
 
+    def _lone(self, run: ModelRun, request: protocol.ReplayRequest) -> Exchange | None:
+        """The one saved exchange that answers the request whole, when that is all there is
+        to it (the usual, greedy case): one prompt, one sample, saved once, no --strict
+        and no report to keep; else None (the general path decides)."""
+        if len(request.keys) != 1 or request.n != 1 or self.rules.strict \
+                or self.stats.tracked is not None:
+            return None
+        lone = run.entries.get(request.keys[0])
+        return lone if isinstance(lone, Exchange) else None
+
     def _whole(self, run: ModelRun, request: protocol.ReplayRequest, exchange: Exchange
                ) -> Reply:
         """One whole saved exchange answers the request: what `handle` does in general
         (samples.choose would pick it), in fewer steps, as most requests are this."""
         if request.stream and exchange.stream is not None:
             self._check_frames(run.name, request.endpoint, [[(exchange, None)]])
-        self.stats.counts[run.name]["hits"] += 1
-        self.stats.use(run.name, exchange, None)
-        source = (SOURCE_HEADER, _source_header(exchange))
+        stats = self.stats
+        stats.counts[run.name]["hits"] += 1
+        stats.use(run.name, exchange, None)
+        source = exchange.source_header
+        if source is None:
+            source = _source_header(exchange)
         if request.stream:
-            return Reply([*SSE_HEADERS, source], streams.stream(
+            return Reply([*SSE_HEADERS, (SOURCE_HEADER, source)], streams.stream(
                 request.endpoint, [[(exchange, None)]], request.include_usage))
         body = exchange.body
-        return Reply([*JSON_HEADERS, (b"content-length", b"%d" % len(body)), source], body)
+        return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)),
+                      (SOURCE_HEADER, source)], body)
 
     def _check_frames(self, model: str | None, endpoint: str, selections: list[Selection]
                       ) -> None:
