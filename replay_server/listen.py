@@ -2,7 +2,8 @@
 
 Every server here (serve, run, the workers, the recorder) runs uvicorn with httptools and
 `SlowClientProtocol`, which cuts off a client that does not send a whole request (headers
-and body) in time.
+and body) in time, and sends each answer's head and body in one send (`OneSend`). Both
+are on every request: they must cost it next to nothing, and never change a byte sent.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import asyncio
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+import weakref
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -50,7 +52,7 @@ class SlowClientProtocol(HttpToolsProtocol):
     _deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(OneSend(transport, self.loop))  # type: ignore[arg-type]
         self._began = self.loop.time()
         self._arm(self.read_timeout)
 
@@ -84,6 +86,103 @@ class SlowClientProtocol(HttpToolsProtocol):
             self._arm(left)
         elif not self.transport.is_closing():
             self.transport.close()
+
+
+class OneSend:
+    """A transport that sends a response's head together with its body, in one send
+    rather than two: uvicorn writes them apart, and each send costs a system call, a
+    packet and a wake-up of the client (on loopback about 3 us of server time, and 14 us
+    of a lone client's wait, a request). A head that no write follows in the same step of
+    the event loop (a stream whose first event is not ready) is sent at the end of that
+    step, so nothing waits; the bytes sent are the same, in the same order."""
+
+    __slots__ = ("_transport", "_held", "_step")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._held: bytes | None = None
+        self._step = _step_of(loop)
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            if len(data) <= _JOIN_AT_MOST:
+                self._transport.write(held + data)
+                return
+            self._transport.write(held)  # a big body is not copied to join it
+        elif data.startswith(b"HTTP/") and data.endswith(b"\r\n\r\n"):
+            self._held = data  # a response head: its body is usually written next
+            self._step.hold(self)
+            return
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held)
+
+    def writelines(self, data: Iterable[bytes]) -> None:
+        self.write(b"".join(data))
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = None
+        self._transport.abort()
+
+    def is_closing(self) -> bool:  # asked on every request: not through __getattr__
+        return self._transport.is_closing()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + len(self._held or b"")
+
+    def __getattr__(self, name: str) -> Any:  # everything else is the transport's
+        return getattr(self._transport, name)
+
+
+_JOIN_AT_MOST = 64 * 1024
+
+
+class _Step:
+    """The transports of one event loop that hold a head, flushed at the end of the
+    loop's current step: one callback a step, however many answers it sends."""
+
+    __slots__ = ("loop", "held", "__weakref__")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = weakref.ref(loop)
+        self.held: list[OneSend] = []
+
+    def hold(self, sender: OneSend) -> None:
+        if not self.held:
+            loop = self.loop()
+            assert loop is not None  # a transport of a loop gone writes nothing
+            loop.call_soon(self.flush)
+        self.held.append(sender)
+
+    def flush(self) -> None:
+        held, self.held = self.held, []
+        for sender in held:
+            sender.flush()
+
+
+_STEPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Step] = \
+    weakref.WeakKeyDictionary()
+
+
+def _step_of(loop: asyncio.AbstractEventLoop) -> _Step:
+    step = _STEPS.get(loop)
+    if step is None:
+        step = _STEPS[loop] = _Step(loop)
+    return step
 
 
 def uvicorn_config(app: Any, log_level: str, access_log: bool,
