@@ -65,9 +65,17 @@ class ReplayEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.replayer.stats.requests += 1
         try:
-            body = await self._body(scope, receive)
-            if body is None:
-                return
+            self._check_length(scope)
+            # a client too slow to send it is cut off by listen.SlowClientProtocol
+            message: Message = await receive()
+            if message["type"] != "http.request" or message.get("more_body", False):
+                body = await self._rest(receive, message)
+                if body is None:
+                    return
+            else:  # the whole body in one message, as usual
+                body = message.get("body", b"")
+                if len(body) > self.max_body:
+                    raise self._too_large(len(body))
             reply = self.replayer.handle(self.endpoint, body)
         except ReplayServerError as error:
             if error.status == 413:  # handle() counts the errors it raises
@@ -82,7 +90,7 @@ class ReplayEndpoint:
         await send({"type": "http.response.start", "status": 200, "headers": reply.headers})
         await send({"type": "http.response.body", "body": reply.body})
 
-    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
+    def _check_length(self, scope: Scope) -> None:
         for name, value in scope["headers"]:
             if name == b"content-length":
                 try:
@@ -91,19 +99,22 @@ class ReplayEndpoint:
                     raise BadRequest("the Content-Length header is not a number") from None
                 if size > self.max_body:
                     raise self._too_large(size)
+
+    async def _rest(self, receive: Receive, message: Message) -> bytes | None:
+        """The body that begins with `message`, received whole; None if the client left."""
         parts: list[bytes] = []
         total = 0
-        while True:  # a client too slow to send it is cut off by listen.SlowClientProtocol
-            message: Message = await receive()
+        while True:
             if message["type"] == "http.disconnect":
                 return None
             chunk = message.get("body", b"")
             total += len(chunk)
             if total > self.max_body:
                 raise self._too_large(total)
-            if not message.get("more_body", False):
-                return b"".join((*parts, chunk)) if parts else chunk
             parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
+            message = await receive()
 
     def _too_large(self, size: int) -> PayloadTooLarge:
         return PayloadTooLarge(f"the request body has {size} bytes or more; this server "

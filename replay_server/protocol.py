@@ -177,16 +177,10 @@ def parse(endpoint: str, body: bytes) -> ReplayRequest:
     except (RecursionError, keys.Unkeyable):
         raise BadRequest("the request nests JSON objects or lists too deeply to be keyed "
                          "(at most about 250 levels)") from None
-    return ReplayRequest(
-        endpoint=endpoint,
-        model=data.get("model"),
-        n=_n(data),
-        stream=data.get("stream") is True,
-        include_usage=_include_usage(data),
-        prompts=prompts,
-        keys=hashed,
-        data=data,
-    )
+    n = 1 if data.get("n") is None else _n(data)
+    include_usage = data.get("stream_options") is not None and _include_usage(data)
+    return ReplayRequest(endpoint, data.get("model"), n, data.get("stream") is True,
+                         include_usage, prompts, hashed, data)
 
 
 def _responses(data: dict[str, Any]) -> ReplayRequest:

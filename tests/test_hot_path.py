@@ -1,10 +1,12 @@
 """The request path's shortcuts give what the general code gives: the fast type check
-(`protocol._types_ok`) passes only what the precise one (`_check_types`) passes, and one
+(`protocol._types_ok`) passes only what the precise one (`_check_types`) passes; one
 whole saved exchange served by `Replayer._whole` is the reply, counters and samples used
-that the general path (`samples.choose`, `replies`, `streams`) gives."""
+that the general path (`samples.choose`, `replies`, `streams`) gives; a body received in
+one ASGI message is what the same body in several gives, limits and disconnects too."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,14 +14,17 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from starlette.types import Message
 
 from replay_server import protocol
+from replay_server.app import create_app
 from replay_server.errors import BadRequest, ReplayServerError
 from replay_server.loader import load
 from replay_server.openai_responses import RESPONSES_PATH
 from replay_server.records import CHAT_PATH, COMPLETION_PATH
 from replay_server.replay import Replayer, Reply
 from replay_server.samples import Rules
+from replay_server.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 # chat and completions (a two-sample entry among them), and Responses exchanges that
@@ -104,3 +109,58 @@ def test_one_whole_exchange_is_served_as_the_general_path_serves_it(
     assert fast_replayer.stats.per_model() == general_replayer.stats.per_model()
     assert fast_replayer.stats.used == general_replayer.stats.used
     assert fast_replayer.stats.rejected == general_replayer.stats.rejected
+
+
+def _asgi(messages: list[Message], headers: list[tuple[bytes, bytes]],
+          max_body: int = 10_000) -> tuple[list[Message], Any]:
+    """POST /v1/chat/completions through the app, the body as these ASGI messages."""
+    app = create_app(Settings(max_body_size=max_body), load([DEMO], progress=False).index)
+    sent: list[Message] = []
+    pending = list(messages)
+
+    async def receive() -> Message:
+        return pending.pop(0)
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": CHAT_PATH, "query_string": b"",
+             "headers": headers}
+    asyncio.run(app(scope, receive, send))
+    return sent, app.state.replayer.stats
+
+
+def _chat_body() -> bytes:
+    request = next(r for e, r in _requests([DEMO]) if e == CHAT_PATH)
+    return orjson.dumps(request)
+
+
+@pytest.mark.parametrize("pieces", [1, 2, 5])
+def test_a_body_in_one_message_or_several_gets_the_same_answer(pieces: int) -> None:
+    body = _chat_body()
+    cut = [body[i * len(body) // pieces:(i + 1) * len(body) // pieces] for i in range(pieces)]
+    messages: list[Message] = [{"type": "http.request", "body": c, "more_body": i < pieces - 1}
+                               for i, c in enumerate(cut)]
+    sent, stats = _asgi(messages, [(b"content-length", b"%d" % len(body))])
+    whole, _ = _asgi([{"type": "http.request", "body": body}], [])
+    assert sent == whole and sent[0]["status"] == 200 and stats.requests == 1
+
+
+@pytest.mark.parametrize("pieces", [1, 3])
+def test_a_body_over_the_limit_without_a_length_is_413_and_counted(pieces: int) -> None:
+    body = _chat_body()
+    messages: list[Message] = [{"type": "http.request", "body": body,
+                                "more_body": i < pieces - 1} for i in range(pieces)]
+    sent, stats = _asgi(messages, [], max_body=len(body) * pieces - 1)
+    assert sent[0]["status"] == 413 and stats.rejected == {"413": 1}
+    assert f"{len(body) * pieces} bytes or more" in orjson.loads(sent[1]["body"])[
+        "error"]["message"]
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_client_that_leaves_mid_body_gets_nothing(first: bool) -> None:
+    leave = {"type": "http.disconnect"}
+    start: list[Message] = [] if first else [
+        {"type": "http.request", "body": b"{", "more_body": True}]
+    sent, stats = _asgi([*start, leave], [])
+    assert sent == [] and stats.requests == 1 and not stats.rejected
