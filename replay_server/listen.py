@@ -170,8 +170,14 @@ class _Step:
 
     def flush(self) -> None:
         held, self.held = self.held, []
+        failed: Exception | None = None
         for sender in held:
-            sender.flush()
+            try:
+                sender.flush()
+            except Exception as e:  # one broken transport never keeps the others' heads
+                failed = failed or e
+        if failed is not None:
+            raise failed  # to the loop's exception handler, as a write's error would go
 
 
 _STEPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Step] = \

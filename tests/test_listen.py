@@ -114,3 +114,23 @@ def test_the_heads_held_in_one_step_all_leave_at_its_end() -> None:
         return first.writes, second.writes
 
     assert asyncio.run(main()) == ([HEAD], [HEAD])
+
+
+def test_a_transport_that_fails_to_write_does_not_keep_the_other_heads() -> None:
+    class Broken(Recording):
+        def write(self, data: bytes) -> None:
+            raise RuntimeError("Cannot call write() after write_eof()")
+
+    errors: list[BaseException | None] = []
+
+    async def main() -> list[bytes]:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda loop, context: errors.append(context.get("exception")))
+        broken, fine = Broken(), Recording()
+        OneSend(broken, loop).write(HEAD)  # type: ignore[arg-type]
+        OneSend(fine, loop).write(HEAD)  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        return fine.writes
+
+    assert asyncio.run(main()) == [HEAD]
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
