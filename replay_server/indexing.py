@@ -34,6 +34,7 @@ class Builder:
     def __init__(self) -> None:
         self._models: dict[str, ModelRun] = {}
         self._params: dict[bytes, bytes] = {}
+        self._plain_params: dict[tuple[Any, ...], bytes] = {}
         self._bodies = Bodies()
         self._prompts: dict[tuple[str, str], list[tuple[bytes, str]]] = {}
         self._continuing: list[Record] = []
@@ -47,10 +48,13 @@ class Builder:
 
     def _add(self, record: Record, prompt: dict[str, Any] | None) -> None:
         kind = kind_of(record.endpoint)
+        request = record.request
         try:
-            prompt = prompt_of(record) if prompt is None else prompt
-            forms = [prompt, *(_keyed(kind, request) for request in record.also or ())]
-            canonicals = [keys.canonical(form) for form in forms]
+            if prompt is None:  # (a chat record's one prompt, without `prompt_of`'s checks)
+                prompt = keys.chat_prompt(request) if kind == keys.CHAT else prompt_of(record)
+            canonicals = [keys.canonical(prompt)]
+            if record.also:
+                canonicals += [keys.canonical(_keyed(kind, form)) for form in record.also]
         except (RecursionError, keys.Unkeyable) as e:
             raise LoadError(record.origin, record.source.get("line"), "the saved request "
                             f"nests too deeply to be keyed: {e}", field="request") from None
@@ -61,21 +65,20 @@ class Builder:
         source = record.source
         file, line, instance = source.get("file"), source.get("line"), source.get("instance")
         identity = (record.run, file, instance)
-        if record.unusable is not None or record.response is None:
+        response = record.response
+        if record.unusable is not None or response is None:
             run.unusable_records += 1
             reason = f"{record.unusable} (saved at {record.where})"
             for canonical in canonicals:
                 self._place(run, kind, canonical, identity, record.where, unusable=reason)
             return
-        params = keys.canonical(openai_responses.sampling_params(record.request)
-                                if kind == openai_responses.RESPONSES
-                                else keys.sampling_params(record.request, kind))
-        params = self._params.setdefault(params, params)
+        params = self._sampling_params(request, kind)
         usage = tuple(record.sample_usage) if record.sample_usage is not None else None
-        start, size = self._bodies.add(orjson.dumps(record.response))
-        n = len(record.response.get("choices") or [None])
+        start, size = self._bodies.add(orjson.dumps(response))
+        n = len(response.get("choices") or [None])
+        stream = self._stream(record) if record.stream is not None else None
         exchange = Exchange(self._bodies, start, size, n, file, line, instance, params, usage,
-                            record.run, self._stream(record), record.batch)
+                            identity[0], stream, record.batch)
         if kind == openai_responses.RESPONSES:
             self._register(run, record, prompt, exchange)
         run.samples += n
@@ -100,6 +103,30 @@ class Builder:
             run.entries[key] = exchange
         else:
             self._entry(run, key, current).group(identity, where).exchanges.append(exchange)
+
+    def _sampling_params(self, request: dict[str, Any], kind: str) -> bytes:
+        """What `--strict` compares of a saved request (`keys.sampling_params`, canonical
+        JSON), one bytes object for all the requests that set the same values: computed
+        once for each set of plain values (most records of a run share theirs; a run
+        whose records all differ, by a seed say, remembers only its first sets)."""
+        if kind == openai_responses.RESPONSES:
+            params = keys.canonical(openai_responses.sampling_params(request))
+            return self._params.setdefault(params, params)
+        # with each value's type: 1, 1.0 and true are equal in Python, not in JSON
+        prompt = _PROMPT[kind]
+        plain = (kind, *[(k, type(v), v) for k, v in request.items() if k != prompt])
+        try:
+            found, hashable = self._plain_params.get(plain), True
+        except TypeError:  # a list or object value: not remembered
+            found, hashable = None, False
+        if found is not None:
+            return found
+        params = keys.canonical(keys.sampling_params(request, kind))
+        params = self._params.setdefault(params, params)
+        if hashable and len(self._plain_params) < _REMEMBERED and all(
+                t in _PLAIN for _, t, _ in plain[1:]):
+            self._plain_params[plain] = params
+        return params
 
     def _stream(self, record: Record) -> tuple[int, int, bool] | None:
         if record.stream is None:
@@ -175,6 +202,13 @@ class Builder:
             place: Catalog.build(saved) for place, saved in self._prompts.items()}
         self._prompts = {}
         return Index(self._models, aliases, catalogs)
+
+
+# The prompt of a chat or completions request: never a sampling parameter (it is keyed),
+# and a request's only list-valued field, usually.
+_PROMPT = {keys.CHAT: "messages", keys.COMPLETION: "prompt"}
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+_REMEMBERED = 4096
 
 
 def _carries_usage(frames: list[str]) -> bool:

@@ -5,11 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from replay_server.errors import LoadError
 from replay_server.formats import READERS
-from replay_server.formats.base import strip_litellm_provider, synthetic_id, text_response
+from replay_server.formats.base import (
+    LoadContext,
+    json_lines,
+    strip_litellm_provider,
+    synthetic_id,
+    text_response,
+)
 from replay_server.loader import _head
 from replay_server.records import (
     CHAT_PATH,
@@ -104,3 +111,16 @@ def test_no_reader_claims_another_formats_files(folder: str) -> None:
         assert readers in ([], [READER_OF[folder]]), path
         claimed += bool(readers)
     assert claimed
+
+
+def test_json_lines_report_every_byte_as_progress_bad_and_blank_lines_too(
+        tmp_path: Path) -> None:
+    line = orjson.dumps({"a": "x" * 300_000}) + b"\n"
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(line * 5 + b"\n \n" + b"not json\n" + line * 3 + b'{"cut')
+    reported: list[int] = []
+    ctx = LoadContext(skip_bad_lines=True, on_progress=reported.append)
+    assert [n for n, _ in json_lines(path, ctx)] == [1, 2, 3, 4, 5, 9, 10, 11]
+    assert sum(reported) == path.stat().st_size
+    assert len(ctx.bad_lines) == 2
+    assert 1 < len(reported) < 11  # a megabyte at a time, not line by line

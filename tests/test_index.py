@@ -6,8 +6,11 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from replay_server import errors
+from replay_server import errors, keys
+from replay_server.indexing import Builder
 from replay_server.records import CHAT_PATH, COMPLETION_PATH, Record
 from replay_server.replay import Replayer
 from replay_server.samples import Rules
@@ -290,3 +293,34 @@ def test_a_system_prompt_the_saved_run_did_not_have_is_named() -> None:
         replayer(saved).handle(CHAT_PATH, orjson.dumps({"model": MODEL, "messages": asked}))
     assert e.value.detail["nearest"] == "saved.jsonl:4 (doc4)"
     assert e.value.detail["difference"] == "message 0 (system): not in the saved prompt"
+
+
+# The sampling parameters of saved requests, remembered per set of plain values
+# (indexing.Builder._sampling_params): each is exactly what keys.sampling_params makes,
+# whatever came before it (1, 1.0 and true are equal in Python but not in JSON).
+PARAM_VALUES = st.sampled_from([None, True, False, 0, 1, 2, 0.0, -0.0, 1.0, 0.5, 1e300,
+                                2.0 ** 60, 2 ** 60, "", "1", [1], [1.0], {"a": 1}])
+REQUESTS = st.dictionaries(st.sampled_from(["temperature", "seed", "top_p", "stop", "n",
+                                            "max_tokens", "logit_bias", "model", "x",
+                                            "prompt", "messages"]),
+                           PARAM_VALUES, max_size=4)
+
+
+@given(st.lists(st.tuples(st.sampled_from([keys.CHAT, keys.COMPLETION]), REQUESTS),
+                max_size=12))
+def test_remembered_sampling_params_are_the_ones_computed(
+        requests: list[tuple[str, dict[str, Any]]]) -> None:
+    builder = Builder()
+    for kind, fields in requests * 2:
+        request = {**fields, "messages": [{"role": "user", "content": "q"}]} \
+            if kind == keys.CHAT else {**fields, "prompt": "q"}
+        assert builder._sampling_params(request, kind) == keys.canonical(
+            keys.sampling_params(request, kind))
+
+
+def test_the_prompt_is_never_a_sampling_parameter() -> None:
+    # (what lets indexing.Builder remember sampling parameters without the prompt)
+    assert keys.sampling_params({"messages": [{"role": "user"}]}, keys.CHAT) == {}
+    assert keys.sampling_params({"prompt": "q"}, keys.COMPLETION) == {}
+    # another endpoint's prompt field is an unknown field, compared
+    assert keys.sampling_params({"prompt": "q"}, keys.CHAT) == {"prompt": "q"}

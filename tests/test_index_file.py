@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -41,6 +42,14 @@ def test_the_index_holds_exactly_what_loading_the_files_gives(built: Path) -> No
         for key, value in run.entries.items():
             assert index_file.encode(kept.entries.get(key)) == index_file.encode(value)  # type: ignore
         assert kept.entries.get(b"\0" * 16) is None
+
+
+def test_the_index_is_one_file_of_16k_pages_with_nothing_beside_it(built: Path) -> None:
+    db = sqlite3.connect(f"file:{built}?mode=ro", uri=True)
+    assert db.execute("PRAGMA page_size").fetchone() == (16384,)
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    db.close()
+    assert [p.name for p in built.parent.iterdir()] == [built.name]  # no journal, no temp
 
 
 @pytest.mark.http

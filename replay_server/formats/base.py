@@ -85,16 +85,23 @@ def json_lines(path: Path, ctx: LoadContext) -> Iterator[tuple[int, Any]]:
     progress; a line that is not JSON goes to `ctx.bad` (which stops the load unless the
     user asked to skip bad lines)."""
     file = str(path)
+    unreported = 0  # progress is reported a megabyte at a time, not line by line
     for line, raw, size in iter_jsonl(path, ctx.max_line):
-        ctx.progress(size)
+        unreported += size
+        if unreported >= 1 << 20:
+            ctx.progress(unreported)
+            unreported = 0
         if not raw:
             continue
         try:
             value = parse_line(raw, file, line, ctx.max_line)
         except LoadError as error:
+            ctx.progress(unreported)
+            unreported = 0
             ctx.bad(error)
             continue
         yield line, value
+    ctx.progress(unreported)
 
 
 def read_side_file(path: Path, ctx: LoadContext, missing: LoadError | None = None
