@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from . import keys, openai_responses
+from . import heap, keys, openai_responses
 from .errors import LoadError
 from .index import Bodies, Entry, Exchange, Index, ModelRun, SavedResponse, kind_of, prompt_of
 from .nearest import Catalog, PromptCatalog
@@ -174,6 +174,7 @@ class Builder:
         catalogs: dict[tuple[str, str], PromptCatalog] = {
             place: Catalog.build(saved) for place, saved in self._prompts.items()}
         self._prompts = {}
+        heap.trim()  # the uncompressed prompts, just freed, between the objects that stay
         return Index(self._models, aliases, catalogs)
 
 
