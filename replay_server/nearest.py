@@ -3,10 +3,9 @@
 A catalog holds each saved prompt once, as its canonical JSON (`keys.canonical`), sorted
 bytewise. The saved prompt sharing the longest prefix with a request is one of the two
 neighbours of the request's insertion point, so a miss costs one bisection over bytes (and
-decompressing a block of the catalog: it is held compressed, a quarter of the prompts'
-size or less). The catalog is built with the index, from the records as they are loaded
-(an index file keeps its own, sorted the same way): a miss never reads the saved files and
-never waits.
+decompressing a few prompts: the catalog is held compressed, 3-4x smaller). The catalog is
+built with the index, from the records as they are loaded (an index file keeps its own,
+sorted the same way): a miss never reads the saved files and never waits.
 
 The first difference is structured (`Difference`): where it is (message index and role,
 character offset), what kind it is, and short excerpts of both sides. Error messages that
