@@ -204,10 +204,9 @@ def _write_prompts(db: sqlite3.Connection, loaded: Loaded, ids: dict[str, int]) 
         assert isinstance(catalog, Catalog)
         first = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM prompts").fetchone()[0]
         db.executemany("INSERT INTO prompts(model_id, kind, prompt, place) VALUES (?, ?, ?, ?)",
-                       ((ids[name], kind, p, w) for p, w in zip(catalog.prompts, catalog.wheres,
-                                                                strict=True)))
+                       ((ids[name], kind, p, w) for p, w in catalog.items()))
         db.execute("INSERT INTO prompt_ranges VALUES (?, ?, ?, ?)",
-                   (ids[name], kind, first, first + len(catalog.prompts) - 1))
+                   (ids[name], kind, first, first + len(catalog) - 1))
 
 
 class StoredEntries:

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from . import keys, openai_responses
+from . import heap, keys, openai_responses
 from .errors import LoadError
 from .index import Bodies, Entry, Exchange, Index, ModelRun, SavedResponse, kind_of, prompt_of
 from .nearest import Catalog, PromptCatalog
@@ -193,14 +193,17 @@ class Builder:
 
     def build(self, aliases: dict[str, str] | None = None) -> Index:
         self._add_continuing()
+        catalogs: dict[tuple[str, str], PromptCatalog] = {
+            place: Catalog.build(saved) for place, saved in self._prompts.items()}
+        self._prompts = {}
+        # The uncompressed prompts were freed between objects that stay: their memory goes
+        # back to the system before the bodies are copied (the peak of loading).
+        heap.trim()
         self._bodies.freeze()
         for run in self._models.values():
             for key, value in run.entries.items():
                 if isinstance(value, Entry):
                     run.entries[key] = settle(value)
-        catalogs: dict[tuple[str, str], PromptCatalog] = {
-            place: Catalog.build(saved) for place, saved in self._prompts.items()}
-        self._prompts = {}
         return Index(self._models, aliases, catalogs)
 
 
