@@ -95,16 +95,53 @@ def _with_usage(endpoint: str, frames: bytes, exchange: Exchange, include_usage:
                 ) -> bytes:
     """Recorded frames, with the usage chunk dropped (not asked for) or added before
     `[DONE]` (asked for, but the recording had none: the saved usage, null)."""
-    split = Frames()
+    usage = b""
+    if include_usage:
+        saved = orjson.loads(exchange.body)
+        usage = _frame({**_envelope(endpoint, saved), "choices": [],
+                        "usage": saved.get("usage")})
+    if _usual(frames):
+        kept = _without_usage(frames)
+        if not usage:
+            return kept
+        done = kept.find(b"[DONE]")
+        at = len(kept) if done == -1 else _frame_start(kept, done)
+        return kept[:at] + usage + kept[at:]
+    split = Frames()  # cut into frames as the SSE rules say
     split.feed(frames)
     split.finish()
-    kept = [f for f in split.frames if not _is_usage_chunk(f)]
-    if not include_usage:
-        return b"".join(kept)
-    saved = orjson.loads(exchange.body)
-    usage = _frame({**_envelope(endpoint, saved), "choices": [], "usage": saved.get("usage")})
-    at = next((i for i, f in enumerate(kept) if b"[DONE]" in f), len(kept))
-    return b"".join(kept[:at] + [usage] + kept[at:])
+    cut = [f for f in split.frames if not _is_usage_chunk(f)]
+    at = next((i for i, f in enumerate(cut) if b"[DONE]" in f), len(cut))
+    return b"".join(cut[:at] + [usage] + cut[at:])
+
+
+def _usual(frames: bytes) -> bool:
+    """Whether recorded frames have the usual shape: lines end in LF (no CR), the last
+    frame in a blank line, and no blank line first. A frame with text then starts after
+    the last LF before it and ends at the first blank line after it: frames are found
+    where they are needed, without cutting the whole stream into them."""
+    return b"\r" not in frames and not frames.startswith(b"\n") and frames.endswith(b"\n\n")
+
+
+def _frame_start(frames: bytes, inside: int) -> int:
+    """Where the frame holding `frames[inside]` starts (`_usual` frames)."""
+    blank = frames.rfind(b"\n\n", 0, inside)
+    return 0 if blank == -1 else blank + 2
+
+
+def _without_usage(frames: bytes) -> bytes:
+    """`_usual` frames but their usage chunks, found by where `"usage"` is."""
+    kept: list[bytes] = []
+    at = 0  # kept up to here
+    found = frames.find(b'"usage"')
+    while found != -1:
+        start, end = _frame_start(frames, found), frames.find(b"\n\n", found) + 2
+        if _is_usage_chunk(frames[start:end]):
+            kept.append(frames[at:start])
+            at = end
+        found = frames.find(b'"usage"', end)
+    kept.append(frames[at:])
+    return b"".join(kept)
 
 
 def _is_usage_chunk(frame: bytes) -> bool:

@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -110,3 +111,62 @@ def test_pieces_joined_are_those_of_the_regex(text: str) -> None:
         assert joined is None
     else:
         assert joined == "\x00".join(split_deltas(text))
+
+
+def recorded_answer(body: dict[str, Any], frames: bytes, carries_usage: bool
+                    ) -> list[Selection]:
+    """The selections of a request that a recorded stream answers."""
+    bodies = Bodies()
+    start, size = bodies.add(orjson.dumps(body))
+    stream = (*bodies.add(frames), carries_usage)
+    return [[(Exchange(bodies, start, size, len(body["choices"]), "f", 1, None, b"{}",
+                       stream=stream), None)]]
+
+
+RECORDED = st.one_of(chat_bodies().map(lambda b: (CHAT_PATH, b)),
+                     completion_bodies().map(lambda b: (COMPLETION_PATH, b)))
+# what a recording may hold besides the usual: other line ends, blank lines, other fields,
+# `"usage"` and `[DONE]` in a text, a usage chunk first or last (a few of these at once)
+USAGE_FRAME = b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":1}}\n\n'
+RESHAPES = st.lists(st.sampled_from([
+    lambda f: f.replace(b"\n", b"\r\n"), lambda f: f.replace(b"\n", b"\r"),
+    lambda f: b"\n" + f, lambda f: f + b"\n", lambda f: f + b"\n\n",
+    lambda f: f.replace(b"\n\ndata: ", b"\n\n\ndata: "),
+    lambda f: f.replace(b"data: ", b"event: x\ndata: "),
+    lambda f: f.replace(b"data: [DONE]\n\n", b""), lambda f: f[:-1],
+    lambda f: f.replace(b'"content":"', b'"content":"[DONE] \\"usage\\": ', 1),
+    lambda f: f.replace(b'"choices":[]', b'"choices": []'),
+    lambda f: USAGE_FRAME + f, lambda f: f + USAGE_FRAME]), max_size=3)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(case=RECORDED, recorded_usage=st.booleans(), include_usage=st.booleans(),
+       reshapes=RESHAPES)
+def test_recorded_streams_with_usage_added_or_dropped_are_the_bytes_they_were(
+        case: tuple[str, dict[str, Any]], recorded_usage: bool, include_usage: bool,
+        reshapes: list[Any]) -> None:
+    endpoint, body = case
+    frames = b"".join(old.chunks(endpoint, body, recorded_usage))
+    for reshape in reshapes:
+        frames = reshape(frames)
+    selections = recorded_answer(body, frames, recorded_usage)
+    assert streams.stream(endpoint, selections, include_usage) == old.stream(
+        endpoint, selections, include_usage)
+
+
+@pytest.mark.parametrize("reshape", [
+    lambda f: b"\n" + USAGE_FRAME + f,  # a blank line first: a frame by itself
+    lambda f: f.replace(b"data: [DONE]\n\n", b"") + USAGE_FRAME[:-1],  # the last unended
+    lambda f: (f + USAGE_FRAME).replace(b"\n", b"\r") + b"\n\n",  # CRs, an LF at the end
+    lambda f: f.replace(b"\n\ndata: ", b"\n\n\ndata: ") + USAGE_FRAME,
+])
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_recorded_frames_of_another_shape_are_cut_as_the_sse_rules_say(
+        reshape: Any, include_usage: bool) -> None:
+    body = {"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "a b"},
+                         "logprobs": None, "finish_reason": "stop"}], "usage": None}
+    frames = reshape(b"".join(old.chunks(CHAT_PATH, body, False)))
+    selections = recorded_answer(body, frames, True)
+    assert streams.stream(CHAT_PATH, selections, include_usage) == old.stream(
+        CHAT_PATH, selections, include_usage)
