@@ -12,8 +12,10 @@
   (`openai_responses.events_for`).
 
 A stream of small deltas is hundreds of frames that differ only in their text: each kind
-of frame is encoded once as a template (the JSON before and after the text), and each
-delta costs one string encoding, not one dictionary and one encoding of the whole chunk.
+of frame is encoded once as a template (the JSON before and after the text), and a run of
+deltas costs a few passes over its text (`openai_responses.joined_deltas` cuts it,
+`sse.fill` escapes it once and puts the frames in), not one dictionary and one encoding
+per chunk.
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ def _with_usage(endpoint: str, frames: bytes, exchange: Exchange, include_usage:
 def _usual(frames: bytes) -> bool:
     """Whether recorded frames have the usual shape: lines end in LF (no CR), the last
     frame in a blank line, and no blank line first. A frame with text then starts after
-    the last LF before it and ends at the first blank line after it: frames are found
+    the last blank line before it and ends with the first one after it: frames are found
     where they are needed, without cutting the whole stream into them."""
     return b"\r" not in frames and not frames.startswith(b"\n") and frames.endswith(b"\n\n")
 
