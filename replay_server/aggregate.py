@@ -6,10 +6,15 @@ per choice the content, reasoning, refusal and tool-call deltas concatenated (to
 merged by their index), the logprobs lists joined, the last `finish_reason`, and `usage`
 from the usage chunk when the client asked for one. It never invents a field the stream
 did not carry.
+
+`whole(stream, chat)` is the same for a stream that is all there (a recorded stream, checked
+before it is served): the same body, and StreamError for the same streams, in fewer steps
+when the stream has the usual shape (see `_chunks`).
 """
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -44,6 +49,37 @@ class StreamAggregator:
             except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
                 raise StreamError(f"a stream event has an unexpected shape: {e!r}") from None
         return self.done
+
+    def _take(self, payloads: list[bytes]) -> bool:
+        """Take the `data` of whole events, in order, as `feed` would (`_event`); False
+        (taken in part) at the first doubt. The events that repeat one before them but for
+        its text (the usual content deltas: the same bytes around another JSON string) only
+        add their texts, which is all that feeding them would do (`_Run`)."""
+        at, end, useless = 0, len(payloads), 0
+        while at < end:
+            try:
+                chunk = orjson.loads(payloads[at])
+            except orjson.JSONDecodeError:
+                return False
+            if not isinstance(chunk, dict) or "error" in chunk:
+                return False
+            try:
+                self._chunk(chunk)
+            except (TypeError, ValueError, KeyError, AttributeError, IndexError):
+                return False
+            at += 1
+            # a template that no event repeats costs more than it saves: a few at most
+            run = _Run.after(self, chunk) if useless < 4 else None
+            if run is None:
+                continue
+            head, tail, first = run.head, run.tail, at
+            while at < end and payloads[at].startswith(head) and payloads[at].endswith(tail):
+                at += 1
+            if not run.close(list(map(itemgetter(slice(len(head), -len(tail))),
+                                      payloads[first:at]))):
+                return False
+            useless += first == at
+        return True
 
     def _lines(self, data: bytes) -> bytes:
         """SSE lines end in CRLF, LF or a lone CR: all become LF. A CR at the end of a
@@ -163,3 +199,90 @@ def _merge_common(choice: dict[str, Any], delta: dict[str, Any]) -> None:
             elif merged.get(key) is None:
                 merged[key] = value
     choice["logprobs"] = merged
+
+
+def whole(stream: bytes, chat: bool) -> dict[str, Any]:
+    """`StreamAggregator(chat)` fed the whole `stream`: its `result()`, or the StreamError
+    it raises (a stream of an unusual shape, or one it refuses, is fed as it is)."""
+    payloads = _payloads(stream)
+    if payloads is not None:
+        aggregator = StreamAggregator(chat)
+        try:
+            if aggregator._take(payloads):
+                aggregator.done = True
+                return aggregator.result()
+        except StreamError:
+            pass
+    aggregator = StreamAggregator(chat)
+    aggregator.feed(stream)
+    return aggregator.result()
+
+
+_DATA, _NEXT, _END = b"data: ", b"\n\ndata: ", b"\n\ndata: [DONE]\n\n"
+
+
+def _payloads(stream: bytes) -> list[bytes] | None:
+    """The `data` of each event of a stream of the usual shape, or None (then `feed`
+    decides): every event one `data: ` line ending in LF, `data: [DONE]` last. (CRs,
+    other fields, comments, data on several lines are left to `feed`, which reads them as
+    the SSE rules say.)"""
+    if not stream.startswith(_DATA) or not stream.endswith(_END) or b"\r" in stream:
+        return None
+    payloads = stream[len(_DATA):-len(_END)].split(_NEXT)
+    if stream.count(b"\n") != 2 * len(payloads) + 2:  # a LF in an event: not one line
+        return None
+    return payloads
+
+
+_MARK = "\x00\x01replay-text\x01\x00"
+_MARK_JSON = orjson.dumps(_MARK)
+
+
+class _Run:
+    """Events that repeat the one before them but for one JSON string (the text of a
+    delta), each adding its text to the same place (`into[name]`). The one before was
+    taken in full; taking a repeat in full right after it would set each field again to
+    what it just was, but for the text, added to: the same holds for its repeats, one after
+    another, if its one choice has no logprobs (they would be joined) and its delta no
+    other field (chat: a delta of just that text)."""
+
+    def __init__(self, head: bytes, tail: bytes, into: dict[str, Any], name: str) -> None:
+        self.head, self.tail, self.into, self.name = head, tail, into, name
+
+    @classmethod
+    def after(cls, aggregator: StreamAggregator, chunk: dict[str, Any]) -> _Run | None:
+        choices = chunk.get("choices")
+        if not isinstance(choices, list) or len(choices) != 1 or \
+                not isinstance(choices[0], dict) or choices[0].get("logprobs") is not None:
+            return None
+        part = choices[0]
+        place = part.get("delta") if aggregator.chat else part
+        if not isinstance(place, dict):
+            return None
+        name = next(iter(place), "") if aggregator.chat else "text"
+        if aggregator.chat and (name not in _TEXT_FIELDS or len(place) != 1):
+            return None
+        text = place.get(name)
+        choice = aggregator._choices.get(part.get("index", 0))
+        if not isinstance(text, str) or choice is None:
+            return None
+        place[name] = _MARK  # the event's bytes as orjson writes them, split at its text
+        around = orjson.dumps(chunk).split(_MARK_JSON)
+        place[name] = text
+        if len(around) != 2:
+            return None
+        return cls(around[0], around[1], choice["message"] if aggregator.chat else choice,
+                   name)
+
+    def close(self, texts: list[bytes]) -> bool:
+        """Add the texts (JSON strings); False if one is not one (then the event it came
+        from is not the template with another text: `feed` decides)."""
+        try:
+            decoded = list(map(orjson.loads, texts))
+        except orjson.JSONDecodeError:
+            return False
+        if not set(map(type, decoded)) <= {str}:
+            return False
+        if decoded:
+            self.into[self.name] = (self.into.get(self.name) or "") + "".join(decoded)
+        return True

@@ -392,9 +392,8 @@ def stream_mismatch(endpoint: str, frames: bytes, response: dict[str, Any]) -> s
         if endpoint == RESPONSES_PATH:
             got = openai_responses.aggregate(frames).response
         else:
-            aggregator = aggregate.StreamAggregator(endpoint == CHAT_PATH)
-            aggregator.feed(frames)
-            got = normalise_choices(aggregator.result(), endpoint, _Check("(stream)", None))
+            got = normalise_choices(aggregate.whole(frames, endpoint == CHAT_PATH), endpoint,
+                                    _Check("(stream)", None))
     except (aggregate.StreamError, openai_responses.ResponsesStreamError, LoadError) as e:
         return f"the saved stream cannot be read: {e}"
     if got != response:

@@ -7,8 +7,6 @@ CRLF, LF or a lone CR (the SSE spec allows all three); a frame keeps whichever i
 
 from __future__ import annotations
 
-import re
-
 import orjson
 
 
@@ -66,37 +64,13 @@ _MARKER = "\x00"
 _ESCAPED_MARKER = b"\\u0000"  # how orjson writes it inside a JSON string
 
 
-def fill(head: bytes, tail: bytes, text: str, pieces: re.Pattern[str]) -> bytes:
-    """`head + json(piece) + tail` for each piece of `text` (what `pieces` finds in it,
-    whitespace left over at the end joining the last piece), joined: the frames of a run
-    of deltas that differ only in their text. The pieces are joined with a marker, the
-    whole escaped once, and the frame boundaries put at the marks: a few passes over the
-    text, not one encoding per piece. (A text holding the marker goes piece by piece.)"""
-    if not text:
-        return b""
-    if _MARKER in text or "\\u0000" in text:
-        return b"".join([head + orjson.dumps(p) + tail for p in _split(text, pieces)])
-    found: list[str] = pieces.findall(text)
-    marked = _MARKER.join(found)
-    escaped = orjson.dumps(marked + text[len(marked) - len(found) + 1:] if found else text)
-    return head + escaped.replace(_ESCAPED_MARKER, b'"' + tail + head + b'"') + tail
-
-
-def escaped(texts: list[str]) -> list[bytes]:
-    """Each text as orjson escapes it inside a JSON string (without the quotes): joined
-    with a marker, escaped once, and cut at the marks, not one encoding per text."""
-    joined = _MARKER.join(texts)
-    if len(texts) < 2 or "\\u0000" in joined or joined.count(_MARKER) != len(texts) - 1:
-        return [orjson.dumps(t)[1:-1] for t in texts]
-    return orjson.dumps(joined)[1:-1].split(_ESCAPED_MARKER)
-
-
-def _split(text: str, pieces: re.Pattern[str]) -> list[str]:
-    found: list[str] = pieces.findall(text)
-    used = sum(map(len, found))
-    if used < len(text):
-        if found:
-            found[-1] += text[used:]
-        else:
-            found = [text]
-    return found
+def fill(head: bytes, tail: bytes, joined: str) -> list[bytes]:
+    """`head + json(piece) + tail` for each piece of `joined` (texts joined with "\\x00",
+    none holding it or `\\u0000`: `openai_responses.joined_deltas`), as parts that joined
+    are the frames of a run of deltas that differ only in their text. The whole is escaped
+    once and the frame boundaries put at the marks: a few passes over the text, not one
+    encoding per piece."""
+    if not joined:
+        return []
+    escaped = orjson.dumps(joined)
+    return [head, escaped.replace(_ESCAPED_MARKER, b'"' + tail + head + b'"'), tail]

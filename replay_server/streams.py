@@ -12,20 +12,29 @@
   (`openai_responses.events_for`).
 
 A stream of small deltas is hundreds of frames that differ only in their text: each kind
-of frame is encoded once as a template (the JSON before and after the text), and each
-delta costs one string encoding, not one dictionary and one encoding of the whole chunk.
+of frame is encoded once as a template (the JSON before and after the text), and a run of
+deltas costs a few passes over its text (`openai_responses.joined_deltas` cuts it,
+`sse.fill` escapes it once and puts the frames in), not one dictionary and one encoding
+per chunk.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
+from itertools import chain
 from typing import Any, NamedTuple
 
 import orjson
 
 from . import replies
 from .index import Exchange, Selection
-from .openai_responses import PIECE, RESPONSES_PATH, events_for, first_piece, split_deltas
+from .openai_responses import (
+    RESPONSES_PATH,
+    first_piece,
+    joined_deltas,
+    split_deltas,
+    stream_for,
+)
 from .records import CHAT_PATH
 from .sse import Frames, fill
 
@@ -73,30 +82,68 @@ def stream(endpoint: str, selections: list[Selection], include_usage: bool) -> b
     if endpoint == RESPONSES_PATH:
         assert whole is not None  # one sample per request: always one whole exchange
         frames = whole.frames
-        return frames if frames is not None else b"".join(events_for(orjson.loads(whole.body)))
+        return frames if frames is not None else stream_for(orjson.loads(whole.body))
     if whole is not None and whole.stream is not None:
         frames = whole.frames
         assert frames is not None
         if whole.stream[2] == include_usage:
             return frames
         return _with_usage(endpoint, frames, whole, include_usage)
-    return b"".join(chunks(endpoint, replies.body(selections), include_usage))
+    return b"".join(chain.from_iterable(_parts(endpoint, replies.body(selections),
+                                                 include_usage)))
 
 
 def _with_usage(endpoint: str, frames: bytes, exchange: Exchange, include_usage: bool
                 ) -> bytes:
     """Recorded frames, with the usage chunk dropped (not asked for) or added before
     `[DONE]` (asked for, but the recording had none: the saved usage, null)."""
-    split = Frames()
+    usage = b""
+    if include_usage:
+        saved = orjson.loads(exchange.body)
+        usage = _frame({**_envelope(endpoint, saved), "choices": [],
+                        "usage": saved.get("usage")})
+    if _usual(frames):
+        kept = _without_usage(frames)
+        if not usage:
+            return kept
+        done = kept.find(b"[DONE]")
+        at = len(kept) if done == -1 else _frame_start(kept, done)
+        return kept[:at] + usage + kept[at:]
+    split = Frames()  # cut into frames as the SSE rules say
     split.feed(frames)
     split.finish()
-    kept = [f for f in split.frames if not _is_usage_chunk(f)]
-    if not include_usage:
-        return b"".join(kept)
-    saved = orjson.loads(exchange.body)
-    usage = _frame({**_envelope(endpoint, saved), "choices": [], "usage": saved.get("usage")})
-    at = next((i for i, f in enumerate(kept) if b"[DONE]" in f), len(kept))
-    return b"".join(kept[:at] + [usage] + kept[at:])
+    cut = [f for f in split.frames if not _is_usage_chunk(f)]
+    at = next((i for i, f in enumerate(cut) if b"[DONE]" in f), len(cut))
+    return b"".join(cut[:at] + [usage] + cut[at:])
+
+
+def _usual(frames: bytes) -> bool:
+    """Whether recorded frames have the usual shape: lines end in LF (no CR), the last
+    frame in a blank line, and no blank line first. A frame with text then starts after
+    the last blank line before it and ends with the first one after it: frames are found
+    where they are needed, without cutting the whole stream into them."""
+    return b"\r" not in frames and not frames.startswith(b"\n") and frames.endswith(b"\n\n")
+
+
+def _frame_start(frames: bytes, inside: int) -> int:
+    """Where the frame holding `frames[inside]` starts (`_usual` frames)."""
+    blank = frames.rfind(b"\n\n", 0, inside)
+    return 0 if blank == -1 else blank + 2
+
+
+def _without_usage(frames: bytes) -> bytes:
+    """`_usual` frames but their usage chunks, found by where `"usage"` is."""
+    kept: list[bytes] = []
+    at = 0  # kept up to here
+    found = frames.find(b'"usage"')
+    while found != -1:
+        start, end = _frame_start(frames, found), frames.find(b"\n\n", found) + 2
+        if _is_usage_chunk(frames[start:end]):
+            kept.append(frames[at:start])
+            at = end
+        found = frames.find(b'"usage"', end)
+    kept.append(frames[at:])
+    return b"".join(kept)
 
 
 def _is_usage_chunk(frame: bytes) -> bool:
@@ -211,7 +258,8 @@ def _completion_deltas(choice: dict[str, Any]) -> Iterator[Delta]:
 
 
 def chunks(endpoint: str, response: dict[str, Any], include_usage: bool) -> Iterator[bytes]:
-    """SSE frames for a chat or completions body, framed like vLLM/OpenAI, in small deltas.
+    """SSE frames for a chat or completions body, framed like vLLM/OpenAI, in small deltas
+    (the frames of a run of deltas that differ only in their text come as one bytes).
 
     Chat, per choice: a role chunk, reasoning deltas, content deltas (with their
     logprobs), refusal, tool-call deltas (the call, then its arguments piece by piece),
@@ -219,6 +267,13 @@ def chunks(endpoint: str, response: dict[str, Any], include_usage: bool) -> Iter
     then the finish. With `include_usage`, a last chunk with no choices carries `usage`;
     then `[DONE]`.
     """
+    return map(b"".join, _parts(endpoint, response, include_usage))
+
+
+def _parts(endpoint: str, response: dict[str, Any], include_usage: bool
+           ) -> Iterator[list[bytes]]:
+    """`chunks`, each as the parts it joins from (the stream is joined once, not a run's
+    frames first and then the whole)."""
     chat = endpoint == CHAT_PATH
     envelope = _envelope(endpoint, response)
     deltas = _chat_deltas if chat else _completion_deltas
@@ -230,27 +285,29 @@ def chunks(endpoint: str, response: dict[str, Any], include_usage: bool) -> Iter
                 yield _run(envelope, index, delta)
                 continue
             part = {"index": index, "logprobs": None, **delta, "finish_reason": None}
-            yield _frame({**envelope, "choices": [part]})
+            yield [_frame({**envelope, "choices": [part]})]
         finish = {"index": index, **blank, "logprobs": None,
                   "finish_reason": choice.get("finish_reason")}
         if "stop_reason" in choice:
             finish["stop_reason"] = choice["stop_reason"]
-        yield _frame({**envelope, "choices": [finish]})
+        yield [_frame({**envelope, "choices": [finish]})]
     if include_usage:
-        yield _frame({**envelope, "choices": [], "usage": response.get("usage")})
-    yield DONE
+        yield [_frame({**envelope, "choices": [], "usage": response.get("usage")})]
+    yield [DONE]
 
 
-def _run(envelope: dict[str, Any], index: int, run: Run) -> bytes:
+def _run(envelope: dict[str, Any], index: int, run: Run) -> list[bytes]:
     """The frames of a run of deltas: the frame encoded once, split where the text goes,
     and the pieces put in (exactly what encoding each frame whole gives)."""
     part = {"index": index, "logprobs": None, **run.marked, "finish_reason": None}
     around = _frame({**envelope, "choices": [part]}).split(_MARK_JSON)
-    if len(around) == 2:
-        return fill(around[0], around[1], run.text, PIECE)
-    # a saved field holds the mark itself (never, in practice): encode each frame whole
+    joined = joined_deltas(run.text)
+    if len(around) == 2 and joined is not None:
+        return fill(around[0], around[1], joined)
+    # a saved field holds the mark itself, or the text a "\x00" (never, in practice):
+    # encode each frame whole
     marked = orjson.dumps(run.marked)
-    return b"".join(_frame({**envelope, "choices": [{
+    return [_frame({**envelope, "choices": [{
         "index": index, "logprobs": None,
         **orjson.loads(marked.replace(_MARK_JSON, orjson.dumps(text))), "finish_reason": None}]})
-        for text in split_deltas(run.text))
+        for text in split_deltas(run.text)]

@@ -12,16 +12,16 @@ from replay_server import replies, streams
 from replay_server.aggregate import StreamAggregator
 from replay_server.index import Bodies, Exchange
 from replay_server.openai_responses import (
-    PIECE,
     aggregate,
     event_payloads,
     events_for,
     first_piece,
     frame,
+    joined_deltas,
     split_deltas,
 )
 from replay_server.records import CHAT_PATH, COMPLETION_PATH
-from replay_server.sse import escaped, fill
+from replay_server.sse import fill
 
 from .support import chat_response, completion_response
 
@@ -203,11 +203,8 @@ def test_frames_made_in_one_pass_are_the_frames_encoded_one_by_one(text: str) ->
     pieces = split_deltas(text)
     assert first_piece(text) == (pieces[0] if pieces else "")
     head, tail = b'data: {"x":', b'}\n\n'
-    assert fill(head, tail, text, PIECE) == b"".join(
-        head + orjson.dumps(p) + tail for p in pieces)
-
-
-@settings(max_examples=300)
-@given(st.lists(st.lists(ATOMS, max_size=4).map("".join), max_size=12))
-def test_texts_escaped_together_are_escaped_as_one_by_one(texts: list[str]) -> None:
-    assert escaped(texts) == [orjson.dumps(t)[1:-1] for t in texts]
+    joined = joined_deltas(text)
+    assert (joined is None) == ("\x00" in text or "\\u0000" in text)
+    if joined is not None:
+        assert b"".join(fill(head, tail, joined)) == b"".join(
+            head + orjson.dumps(p) + tail for p in pieces)

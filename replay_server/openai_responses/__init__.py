@@ -4,7 +4,7 @@
   the final response body (the `response` of `response.completed`, checked against the
   deltas), the event payloads and the raw frames (for a byte-faithful replay);
 - `events_for`: the SSE frames a server sends for a saved non-streamed response, the text
-  and arguments cut into token-sized deltas (`split_deltas`);
+  and arguments cut into token-sized deltas (`split_deltas`); `stream_for`, them joined;
 - `keyed_input`: the part of a Responses request that belongs in the replay key, with the
   field table `FIELDS` (the same roles as `keys.FIELDS`: key, strict, ignored).
 
@@ -40,10 +40,19 @@ from .stream_in import (
     aggregate,
     check_stream,
 )
-from .stream_out import PIECE, event_payloads, events_for, first_piece, frame, split_deltas
+from .stream_out import (
+    PIECE,
+    event_payloads,
+    events_for,
+    first_piece,
+    frame,
+    joined_deltas,
+    split_deltas,
+    stream_for,
+)
 
 __all__ = ["FIELDS", "FIELDS_BY_NAME", "KEY_VERSION", "RESPONSES", "RESPONSES_PATH",
            "Aggregated", "NeedsPrevious", "ResponsesStreamAggregator", "ResponsesStreamError",
            "aggregate", "check_stream", "event_payloads", "events_for", "frame",
            "input_items", "keyed_input", "markdown_table", "output_items", "previous_of",
-           "sampling_params", "split_deltas", "PIECE", "first_piece"]
+           "sampling_params", "split_deltas", "PIECE", "first_piece", "joined_deltas", "stream_for"]

@@ -4,15 +4,17 @@ text and arguments cut into token-sized deltas (`split_deltas`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from itertools import chain, repeat
 from typing import Any, NamedTuple
 
 import orjson
 
-from ..sse import escaped
 from .stream_in import PART_TEXT, STREAMED_FIELD
 
 PIECE = re.compile(r"\s*(?:\w{1,16}|[^\w\s])")
+MARKER = "\x00"  # joins the pieces of `joined_deltas`; how orjson escapes it: ESCAPED_MARKER
+ESCAPED_MARKER = b"\\u0000"
 
 
 def first_piece(text: str) -> str:
@@ -41,6 +43,45 @@ def split_deltas(text: str) -> list[str]:
     return pieces
 
 
+def joined_deltas(text: str) -> str | None:
+    """`MARKER.join(split_deltas(text))`, or None when `text` holds MARKER or `\\u0000`
+    (a mark could not be told from the text, before or after escaping)."""
+    if MARKER in text or "\\u0000" in text:
+        return None
+    joined = _ascii_joined(text) if text.isascii() else None
+    return joined if joined is not None else MARKER.join(split_deltas(text))
+
+
+# In ASCII, \s (str.isspace) is these; \w is letters, digits and `_`; anything else is
+# one piece by itself (punctuation, and control characters that are not spaces).
+_SPACES = " \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f"
+_WORD = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
+_WORD_RUNS = bytes.maketrans(_WORD, b"w" * len(_WORD))  # `w` is a word character itself
+_LONG_WORD = b"w" * 17
+
+
+def _ascii_joined(text: str) -> str | None:
+    """`joined_deltas` of an ASCII text without a mark, by a few passes of str methods
+    rather than one regex match per piece (None for a word of more than 16 characters:
+    the regex then). A mark goes before every other character and space, and after every
+    other character; then the marks that are not at a piece's start go: one of two in a
+    row, one after a space (spaces open a piece), the first and the last."""
+    core = text.rstrip()  # trailing whitespace goes with the last piece
+    if not core:
+        return text  # blank (one piece) or empty (none)
+    data = core.encode("ascii")
+    if _LONG_WORD in data.translate(_WORD_RUNS):
+        return None
+    joined = core
+    for other in set(data.translate(None, _WORD + _SPACES.encode()).decode("ascii")):
+        joined = joined.replace(other, MARKER + other + MARKER)
+    spaces = [space for space in _SPACES if space in core]
+    for space in spaces:
+        joined = joined.replace(space, MARKER + space)
+    joined = joined.replace(MARKER + MARKER, MARKER)
+    for space in spaces:
+        joined = joined.replace(space + MARKER, space)
+    return joined.strip(MARKER) + text[len(core):]
 
 
 def frame(event: dict[str, Any]) -> bytes:
@@ -75,8 +116,20 @@ def events_for(response: dict[str, Any], *, terminal_by_status: bool = False) ->
         if isinstance(event, dict):
             frames.append(frame(event))
         else:
-            frames.extend(_run_frames(*event))
+            frames.extend(map(b"".join, _run_frames(*event)))
     return frames
+
+
+def stream_for(response: dict[str, Any]) -> bytes:
+    """`b"".join(events_for(response))`, in fewer steps (the frames of a run are made
+    as one, not one by one)."""
+    parts: list[bytes] = []
+    for event in _sequenced(response, False):
+        if isinstance(event, dict):
+            parts.append(frame(event))
+        else:
+            parts.extend(chain.from_iterable(_run_frames(*event)))
+    return b"".join(parts)
 
 
 def event_payloads(response: dict[str, Any], *, terminal_by_status: bool = False
@@ -88,19 +141,30 @@ def event_payloads(response: dict[str, Any], *, terminal_by_status: bool = False
             events.append(event)
         else:
             run, first = event
+            texts = [orjson.loads(b'"%s"' % piece) for piece in run.pieces]
             events += [{"type": run.kind, "sequence_number": first + n,
                         **{k: (text if v is _MARK else v) for k, v in run.fields.items()}}
-                       for n, text in enumerate(run.texts)]
+                       for n, text in enumerate(texts)]
     return events
 
 
 class _Run(NamedTuple):
-    """Delta events of one part that differ only in their text (one per `texts` item):
-    `fields` are the event's fields with `_MARK` where the text goes."""
+    """Delta events of one part that differ only in their text (one per piece): `fields`
+    are the event's fields with `_MARK` where the text goes, `pieces` the texts as they
+    are written in a JSON string (`_pieces`)."""
 
     kind: str
     fields: dict[str, Any]
-    texts: list[str]
+    pieces: list[bytes]
+
+
+def _pieces(text: str) -> list[bytes]:
+    """The `split_deltas` pieces of `text`, each escaped as in a JSON string (no quotes):
+    all escaped at once and cut at the marks, not one encoding per piece."""
+    joined = joined_deltas(text)
+    if joined is None:  # the text holds what marks the cuts
+        return [orjson.dumps(piece)[1:-1] for piece in split_deltas(text)]
+    return orjson.dumps(joined)[1:-1].split(ESCAPED_MARKER) if joined else []
 
 
 _MARK = "\x00\x01replay-mark\x01\x00"  # stands for a value in a template
@@ -128,7 +192,7 @@ def _sequenced(response: dict[str, Any], terminal_by_status: bool
         for step in _item_events(index, item):
             if isinstance(step, _Run):
                 yield step, number
-                number += len(step.texts)
+                number += len(step.pieces)
             else:
                 yield event(*step)
     status = response.get("status")
@@ -137,17 +201,27 @@ def _sequenced(response: dict[str, Any], terminal_by_status: bool
     yield event(last, {"response": response})
 
 
-def _run_frames(run: _Run, first: int) -> list[bytes]:
+def _run_frames(run: _Run, first: int) -> Iterable[tuple[bytes, ...]]:
+    """The frames of a run, each as the parts it joins from: the template's, with the
+    sequence number and the text put in."""
     template = frame({"type": run.kind, "sequence_number": _MARK, **run.fields})
     parts = template.split(_MARK_JSON)
     if len(parts) != 3:  # a saved value holds the mark itself (never, in practice)
-        return [frame({"type": run.kind, "sequence_number": first + n,
-                       **{k: (text if v is _MARK else v) for k, v in run.fields.items()}})
-                for n, text in enumerate(run.texts)]
+        return [(frame({"type": run.kind, "sequence_number": first + n, **{
+            k: (orjson.loads(b'"%s"' % piece) if v is _MARK else v)
+            for k, v in run.fields.items()}}),) for n, piece in enumerate(run.pieces)]
     head, middle, tail = parts
-    middle, tail = middle + b'"', b'"' + tail  # the quotes of the text
-    return [b"%s%d%s%s%s" % (head, first + n, middle, text, tail)
-            for n, text in enumerate(escaped(run.texts))]
+    numbers = _numbers(first, len(run.pieces))
+    return zip(repeat(head), numbers, repeat(middle + b'"'), run.pieces, repeat(b'"' + tail))
+
+
+_NUMBERS = orjson.dumps(list(range(2048)))[1:-1].split(b",")  # sequence numbers, written
+
+
+def _numbers(first: int, count: int) -> list[bytes]:
+    if first + count <= len(_NUMBERS):
+        return _NUMBERS[first:first + count]
+    return orjson.dumps(list(range(first, first + count)))[1:-1].split(b",") if count else []
 
 
 def _skeleton(item: dict[str, Any]) -> dict[str, Any]:
@@ -182,7 +256,7 @@ def _item_events(index: int, item: Any) -> Iterator[Event]:
         name, prefix = STREAMED_FIELD[kind]
         value = item.get(name)
         if isinstance(value, str):
-            yield _Run(f"{prefix}.delta", {**at, "delta": _MARK}, split_deltas(value))
+            yield _Run(f"{prefix}.delta", {**at, "delta": _MARK}, _pieces(value))
             yield f"{prefix}.done", {**at, name: value}
     summary = item.get("summary")
     if kind == "reasoning" and isinstance(summary, list):
@@ -204,7 +278,7 @@ def _summary_events(at: dict[str, Any], sub: int, part: Any) -> Iterator[Event]:
         return
     yield "response.reasoning_summary_part.added", {**where, "part": {**part, "text": ""}}
     yield _Run("response.reasoning_summary_text.delta", {**where, "delta": _MARK},
-               split_deltas(text))
+               _pieces(text))
     yield "response.reasoning_summary_text.done", {**where, "text": text}
     yield "response.reasoning_summary_part.done", {**where, "part": part}
 
@@ -231,14 +305,14 @@ def _part_events(at: dict[str, Any], sub: int, part: Any) -> Iterator[Event]:
                 yield f"{prefix}.delta", {**where, "delta": token["token"], "logprobs": [token]}
         else:
             yield _Run(f"{prefix}.delta", {**where, "delta": _MARK, "logprobs": []},
-                       split_deltas(text))
+                       _pieces(text))
         for n, annotation in enumerate(part.get("annotations") or []):
             yield "response.output_text.annotation.added", {
                 **where, "annotation_index": n, "annotation": annotation}
         done_logprobs = logprobs if isinstance(logprobs, list) else []
         yield f"{prefix}.done", {**where, "text": text, "logprobs": done_logprobs}
     else:
-        yield _Run(f"{prefix}.delta", {**where, "delta": _MARK}, split_deltas(text))
+        yield _Run(f"{prefix}.delta", {**where, "delta": _MARK}, _pieces(text))
         yield f"{prefix}.done", {**where, name: text}
     yield "response.content_part.done", {**where, "part": part}
 
