@@ -197,7 +197,7 @@ class Builder:
             place: Catalog.build(saved) for place, saved in self._prompts.items()}
         self._prompts = {}
         # The uncompressed prompts were freed between objects that stay: their memory goes
-        # back to the system before the bodies are copied (the peak of loading).
+        # back to the system.
         heap.trim()
         self._bodies.freeze()
         for run in self._models.values():

@@ -17,12 +17,13 @@ harnesses pattern-match in error messages, so they go to `/replay/misses`, the l
 from __future__ import annotations
 
 import bisect
+import os
 import threading
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import orjson
 import zstandard
@@ -34,6 +35,8 @@ _TRAIN_FROM = 1000  # prompts from which a catalog trains a compression dictiona
 _SAMPLES = 1000  # prompts it trains on, evenly spread over the sorted catalog
 _SAMPLE = 8192  # bytes of each (training takes longer than building with more)
 _DICTIONARY = 32768  # bytes
+_MANY = 64  # blocks from which a catalog compresses them in threads
+_THREADS = min(4, os.cpu_count() or 1)
 
 
 class PromptCatalog(Protocol):
@@ -82,9 +85,8 @@ class Catalog:
         count = len(rows)
         dictionary = _train([p[:_SAMPLE] for p, _ in rows[::count // _SAMPLES]]) \
             if count >= _TRAIN_FROM else None
-        compress = zstandard.ZstdCompressor(level=_LEVEL, dict_data=dictionary).compress
-        blocks, ends, separators = bytearray(), array("Q"), []
-        last = None
+        payloads: list[bytes | bytearray | memoryview] = []
+        separators, last = [], None
         while rows:
             chunk = rows[:-size - 1:-1]
             del rows[-size:]
@@ -94,9 +96,9 @@ class Catalog:
                 separators.append(prompts[0][:_common(last, prompts[0]) + 1])
             last = prompts[-1]
             sizes = array("Q", [len(p) for p in prompts] + [len(w) for w in wheres])
-            blocks += compress(sizes.tobytes() + b"".join(prompts) + b"".join(wheres))
-            ends.append(len(blocks))
-        return cls(count, size, bytes(blocks), ends, separators, dictionary)
+            payloads.append(sizes.tobytes() + b"".join(prompts) + b"".join(wheres))
+        blocks, ends = _compress(payloads, dictionary)
+        return cls(count, size, blocks, ends, separators, dictionary)
 
     def __len__(self) -> int:
         return self.count
@@ -142,6 +144,23 @@ class Catalog:
         return _Block(decompressor.decompress(
             memoryview(self._blocks)[self._ends[i - 1] if i else 0:self._ends[i]]),
             min(self._size, self.count - i * self._size))
+
+
+def _compress(payloads: list[bytes | bytearray | memoryview],
+              dictionary: zstandard.ZstdCompressionDict | None) -> tuple[bytes, array[int]]:
+    """Each payload compressed alone (a frame each), end to end, and where each ends. A
+    large catalog's blocks are compressed in one call that lets go of the GIL and shares
+    them among `_THREADS` threads (the same frames as one at a time, in order); `payloads`
+    is emptied."""
+    compressor = zstandard.ZstdCompressor(level=_LEVEL, dict_data=dictionary)
+    if len(payloads) < _MANY:
+        frames = [compressor.compress(p) for p in payloads]
+    else:
+        found = compressor.multi_compress_to_buffer(payloads, threads=_THREADS)
+        # (BufferSegment: bytes-like, though its stubs do not say so)
+        frames = cast("list[bytes]", [found[i] for i in range(len(found))])
+    payloads.clear()
+    return b"".join(frames), array("Q", accumulate(len(f) for f in frames))
 
 
 def _train(samples: list[bytes | bytearray | memoryview]
