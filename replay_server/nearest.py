@@ -36,6 +36,7 @@ _SAMPLES = 1000  # prompts it trains on, evenly spread over the sorted catalog
 _SAMPLE = 8192  # bytes of each (training takes longer than building with more)
 _DICTIONARY = 32768  # bytes
 _MANY = 64  # blocks from which a catalog compresses them in threads
+_BATCH = 1024  # blocks compressed in one call
 _THREADS = min(4, os.cpu_count() or 1)
 
 
@@ -85,7 +86,7 @@ class Catalog:
         count = len(rows)
         dictionary = _train([p[:_SAMPLE] for p, _ in rows[::count // _SAMPLES]]) \
             if count >= _TRAIN_FROM else None
-        payloads: list[bytes | bytearray | memoryview] = []
+        compress = _Compressing(dictionary)
         separators, last = [], None
         while rows:
             chunk = rows[:-size - 1:-1]
@@ -96,8 +97,8 @@ class Catalog:
                 separators.append(prompts[0][:_common(last, prompts[0]) + 1])
             last = prompts[-1]
             sizes = array("Q", [len(p) for p in prompts] + [len(w) for w in wheres])
-            payloads.append(sizes.tobytes() + b"".join(prompts) + b"".join(wheres))
-        blocks, ends = _compress(payloads, dictionary)
+            compress.add(sizes.tobytes() + b"".join(prompts) + b"".join(wheres))
+        blocks, ends = compress.done()
         return cls(count, size, blocks, ends, separators, dictionary)
 
     def __len__(self) -> int:
@@ -146,21 +147,37 @@ class Catalog:
             min(self._size, self.count - i * self._size))
 
 
-def _compress(payloads: list[bytes | bytearray | memoryview],
-              dictionary: zstandard.ZstdCompressionDict | None) -> tuple[bytes, array[int]]:
-    """Each payload compressed alone (a frame each), end to end, and where each ends. A
-    large catalog's blocks are compressed in one call that lets go of the GIL and shares
-    them among `_THREADS` threads (the same frames as one at a time, in order); `payloads`
-    is emptied."""
-    compressor = zstandard.ZstdCompressor(level=_LEVEL, dict_data=dictionary)
-    if len(payloads) < _MANY:
-        frames = [compressor.compress(p) for p in payloads]
-    else:
-        found = compressor.multi_compress_to_buffer(payloads, threads=_THREADS)
+class _Compressing:
+    """Blocks compressed alone (a zstd frame each), end to end. They are compressed
+    `_BATCH` at a time, each batch in one call that lets go of the GIL and shares the
+    blocks among `_THREADS` threads: the same frames, in the same order, as compressing
+    them one at a time (a small catalog does), and no more than a batch of them is held
+    uncompressed."""
+
+    def __init__(self, dictionary: zstandard.ZstdCompressionDict | None) -> None:
+        self._compressor = zstandard.ZstdCompressor(level=_LEVEL, dict_data=dictionary)
+        self._waiting: list[bytes | bytearray | memoryview] = []
+        self._frames: list[bytes] = []
+
+    def add(self, block: bytes) -> None:
+        self._waiting.append(block)
+        if len(self._waiting) >= _BATCH:
+            self._compress()
+
+    def done(self) -> tuple[bytes, array[int]]:
+        """The frames end to end, and where each ends."""
+        self._compress()
+        frames, self._frames = self._frames, []
+        return b"".join(frames), array("Q", accumulate(len(f) for f in frames))
+
+    def _compress(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        if len(waiting) < _MANY:
+            self._frames += [self._compressor.compress(b) for b in waiting]
+            return
+        found = self._compressor.multi_compress_to_buffer(waiting, threads=_THREADS)
         # (BufferSegment: bytes-like, though its stubs do not say so)
-        frames = cast("list[bytes]", [found[i] for i in range(len(found))])
-    payloads.clear()
-    return b"".join(frames), array("Q", accumulate(len(f) for f in frames))
+        self._frames += cast("list[bytes]", [found[i] for i in range(len(found))])
 
 
 def _train(samples: list[bytes | bytearray | memoryview]

@@ -106,13 +106,14 @@ def test_prompts_too_small_to_train_on_are_compressed_without_a_dictionary() -> 
 
 
 @settings(max_examples=100, deadline=None)
-@given(saved_rows, st.integers(1, 5), st.integers(1, 4))
+@given(saved_rows, st.integers(1, 5), st.integers(1, 4), st.integers(1, 7))
 def test_blocks_compressed_in_threads_are_the_frames_compressed_one_at_a_time(
-        saved: list[tuple[bytes, str]], size: int, threads: int) -> None:
-    """A large catalog compresses its blocks in one call, in threads: the same frames, in
-    the same order, as a small one compressing them one by one."""
+        saved: list[tuple[bytes, str]], size: int, threads: int, batch: int) -> None:
+    """A large catalog compresses its blocks a batch at a time, in threads: the same
+    frames, in the same order, as a small one compressing them one by one."""
     alone = Catalog.build(list(saved), size)
-    with mock.patch.object(nearest, "_MANY", 1), mock.patch.object(nearest, "_THREADS", threads):
+    with mock.patch.object(nearest, "_MANY", 1), mock.patch.object(nearest, "_BATCH", batch), \
+            mock.patch.object(nearest, "_THREADS", threads):
         threaded = Catalog.build(list(saved), size)
     assert threaded._blocks == alone._blocks and threaded._ends == alone._ends
     assert list(threaded.items()) == sorted(saved)
