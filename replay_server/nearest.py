@@ -84,13 +84,7 @@ class Catalog:
         """The catalog of `saved` (prompt, where) pairs. A list given is emptied as its
         blocks are compressed (the index builder's own): a large catalog is never held
         twice."""
-        rows = saved if isinstance(saved, list) else list(saved)
-        # Taken from the end, smallest first. Sorted by prompt alone (a tuple comparison
-        # compares the prompts twice, for equality and then order: 2.4x the time), then by
-        # where too if a prompt is there twice (never from the index builder).
-        rows.sort(key=_PROMPT, reverse=True)
-        if any(map(eq, map(_PROMPT, rows), map(_PROMPT, islice(rows, 1, None)))):
-            rows.sort(reverse=True)
+        rows = _sorted(saved, reverse=True)  # taken from the end, smallest first
         count = len(rows)
         dictionary = _train([p[:_SAMPLE] for p, _ in rows[::count // _SAMPLES]]) \
             if count >= _TRAIN_FROM else None
@@ -191,6 +185,45 @@ class _Compressing:
         for frame in frames:
             write(frame)
             end(self._blocks.tell())
+
+
+class SortedCatalog:
+    """The saved prompts and their wheres sorted as a Catalog sorts them, held as they
+    are: what `replay-server index` builds, to write them out at once (compressing them
+    only to decompress them again would be a third of the work of writing the file)."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, saved: Iterable[tuple[bytes, str]]) -> None:
+        self._rows = _sorted(saved, reverse=False)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def items(self) -> Iterator[tuple[bytes, str]]:
+        return iter(self._rows)
+
+    def nearest(self, canonical: bytes) -> tuple[dict[str, Any], str] | None:
+        found = self.nearest_saved(canonical)
+        if found is None:
+            return None
+        return orjson.loads(found[0]), found[1]
+
+    def nearest_saved(self, canonical: bytes) -> tuple[bytes, str] | None:
+        """As `Catalog.nearest_saved`."""
+        found = closest(lambda i: self._rows[i][0], len(self._rows), canonical)
+        return None if found is None else self._rows[found]
+
+
+def _sorted(saved: Iterable[tuple[bytes, str]], reverse: bool) -> list[tuple[bytes, str]]:
+    """(prompt, where) rows sorted, in place if a list is given. By prompt alone (a tuple
+    comparison compares the prompts twice, for equality and then order: 2.4x the time),
+    then by where too if a prompt is there twice (never from the index builder)."""
+    rows = saved if isinstance(saved, list) else list(saved)
+    rows.sort(key=_PROMPT, reverse=reverse)
+    if any(map(eq, map(_PROMPT, rows), map(_PROMPT, islice(rows, 1, None)))):
+        rows.sort(reverse=reverse)
+    return rows
 
 
 def _train(samples: list[bytes | bytearray | memoryview]

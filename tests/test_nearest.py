@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay_server import nearest
-from replay_server.nearest import EMPTY, Catalog, closest
+from replay_server.nearest import EMPTY, Catalog, SortedCatalog, closest
 
 
 class PlainCatalog:
@@ -127,3 +127,17 @@ def test_a_large_catalog_with_a_dictionary_compresses_in_threads_as_one_at_a_tim
     with mock.patch.object(nearest, "_MANY", len(saved)):
         alone = Catalog.build(list(saved))
     assert threaded._blocks == alone._blocks and threaded._ends == alone._ends
+
+
+@settings(max_examples=200, deadline=None)
+@given(saved_rows, st.lists(prompts, min_size=1, max_size=8))
+def test_the_sorted_catalog_lists_and_finds_what_the_compressed_one_does(
+        saved: list[tuple[bytes, str]], asked: list[bytes]) -> None:
+    """`replay-server index` writes the prompts of an uncompressed catalog: the same rows
+    in the same order, and the same nearest prompt for any request."""
+    compressed, plain = Catalog.build(list(saved)), PlainCatalog(saved)
+    held = SortedCatalog(iter(saved))
+    assert list(held.items()) == list(compressed.items()) == sorted(saved)
+    assert len(held) == len(saved)
+    for canonical in asked + [p for p, _ in saved[:8]]:
+        assert held.nearest_saved(canonical) == plain.nearest_saved(canonical)
