@@ -223,7 +223,7 @@ def build_index(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
     """
     try:
         loaded = load(paths, skip_bad_lines=skip_bad_lines, max_line=max_line_size,
-                      tokenizer=tokenizer)
+                      tokenizer=tokenizer, compress_catalogs=False)
         for line in report_lines(loaded):
             _say(line)
         prompts = index_file.write(loaded, output)

@@ -21,6 +21,7 @@ Each model also keeps a catalog of its saved prompts for miss diagnostics (`near
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,22 +38,34 @@ class Bodies:
     A million separately allocated bodies, interleaved with the garbage of parsing them,
     leave the heap fragmented (RSS well above the bytes kept); one growing buffer does
     not. Exchanges keep an offset and a length into it.
+
+    The buffer grows in a BytesIO, whose `getvalue` hands over its own bytes object once
+    shrunk to size (a `realloc` in place): the finished buffer is never copied, so the
+    bodies are never held twice (a bytearray made into bytes would be, at the peak of
+    loading).
     """
 
     def __init__(self) -> None:
-        self.buffer: bytearray | bytes = bytearray()
+        self.buffer = b""
+        self._growing: io.BytesIO | None = io.BytesIO()
 
     def add(self, body: bytes) -> tuple[int, int]:
-        start = len(self.buffer)
-        self.buffer += body
+        growing = self._growing
+        assert growing is not None, "a body added after freeze"
+        start = growing.tell()
+        growing.write(body)
         return start, len(body)
 
     def get(self, start: int, size: int) -> bytes:
-        return bytes(memoryview(self.buffer)[start:start + size])
+        if self._growing is not None:  # (not frozen yet: only while an index is built)
+            return bytes(self._growing.getbuffer()[start:start + size])
+        return self.buffer[start:start + size]
 
     def freeze(self) -> None:
-        """Drop the spare room a growing buffer keeps (an eighth of it, or more)."""
-        self.buffer = bytes(self.buffer)
+        """The bytes added, exact-size, in place: no more can be added."""
+        if self._growing is not None:
+            self.buffer = self._growing.getvalue()
+            self._growing = None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Bodies) and other.buffer == self.buffer

@@ -39,7 +39,7 @@ from . import keys
 from .errors import LoadError
 from .index import Bodies, Entry, Exchange, Index, Instance, ModelRun, SavedResponse
 from .loader import Loaded
-from .nearest import EMPTY, Catalog, PromptCatalog, closest
+from .nearest import EMPTY, Catalog, PromptCatalog, SortedCatalog, closest
 from .openai_responses import RESPONSES, RESPONSES_PATH
 from .records import CHAT_PATH, COMPLETION_PATH
 from .samples import needs_cursor, seeds
@@ -201,7 +201,7 @@ def _write_entries(db: sqlite3.Connection, index: Index, ids: dict[str, int]) ->
 def _write_prompts(db: sqlite3.Connection, loaded: Loaded, ids: dict[str, int]) -> None:
     """Every saved prompt, from the catalogs built with the index (already sorted)."""
     for (name, kind), catalog in sorted(loaded.index.catalogs.items()):
-        assert isinstance(catalog, Catalog)
+        assert isinstance(catalog, Catalog | SortedCatalog)
         first = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM prompts").fetchone()[0]
         db.executemany("INSERT INTO prompts(model_id, kind, prompt, place) VALUES (?, ?, ?, ?)",
                        ((ids[name], kind, p, w) for p, w in catalog.items()))

@@ -23,7 +23,7 @@ import orjson
 from . import heap, keys, openai_responses
 from .errors import LoadError
 from .index import Bodies, Entry, Exchange, Index, ModelRun, SavedResponse, kind_of, prompt_of
-from .nearest import Catalog, PromptCatalog
+from .nearest import Catalog, PromptCatalog, SortedCatalog
 from .openai_responses import RESPONSES_PATH
 from .records import Record
 from .samples import settle
@@ -191,13 +191,17 @@ class Builder:
         run.entries[key] = entry
         return entry
 
-    def build(self, aliases: dict[str, str] | None = None) -> Index:
+    def build(self, aliases: dict[str, str] | None = None, compress: bool = True) -> Index:
+        """The index of every record added. Its prompt catalogs are compressed (a server
+        holds them) unless `compress` is false (`replay-server index` writes them out at
+        once: nearest.SortedCatalog)."""
         self._add_continuing()
+        catalog = Catalog.build if compress else SortedCatalog
         catalogs: dict[tuple[str, str], PromptCatalog] = {
-            place: Catalog.build(saved) for place, saved in self._prompts.items()}
+            place: catalog(saved) for place, saved in self._prompts.items()}
         self._prompts = {}
         # The uncompressed prompts were freed between objects that stay: their memory goes
-        # back to the system before the bodies are copied (the peak of loading).
+        # back to the system.
         heap.trim()
         self._bodies.freeze()
         for run in self._models.values():

@@ -13,6 +13,7 @@ from replay_server import index_file
 from replay_server.errors import LoadError
 from replay_server.index_file import StoredIndex
 from replay_server.loader import load
+from replay_server.nearest import Catalog, SortedCatalog
 from replay_server.settings import Settings
 
 from .support import CLI, ROOT, chat_record, chat_response, serving, spawn, user, write_jsonl
@@ -95,6 +96,26 @@ def test_a_changed_source_is_reported(tmp_path: Path) -> None:
     assert StoredIndex(index).stale_sources() == []
     saved.write_bytes(saved.read_bytes() + b"\n")
     assert StoredIndex(index).stale_sources() == [str(saved)]
+
+
+def test_an_index_file_is_the_same_from_compressed_or_sorted_catalogs(tmp_path: Path) -> None:
+    """`replay-server index` keeps its catalogs uncompressed until they are written: the
+    file holds the same rows as one written from a server's compressed catalogs."""
+    saved = write_jsonl(tmp_path / "run.jsonl", [
+        chat_record(f"q{i % 37}", chat_response(f"a{i}"), line=i) for i in range(1500)])
+    tables = []
+    for compress in (True, False):
+        index = tmp_path / f"{compress}.idx"
+        loaded = load([saved, *SAVED], progress=False, compress_catalogs=compress)
+        assert all(isinstance(c, Catalog if compress else SortedCatalog)
+                   for c in loaded.index.catalogs.values())
+        index_file.write(loaded, index)
+        with sqlite3.connect(index) as db:
+            tables.append([db.execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall()
+                           for table in ("models", "entries", "prompts", "prompt_ranges",
+                                         "responses")])
+        db.close()
+    assert tables[0] == tables[1] and tables[0][2]
 
 
 def test_a_non_index_file_is_refused(tmp_path: Path) -> None:

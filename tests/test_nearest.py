@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay_server.nearest import EMPTY, Catalog, closest
+from replay_server import nearest
+from replay_server.nearest import EMPTY, Catalog, SortedCatalog, closest
 
 
 class PlainCatalog:
@@ -101,3 +103,41 @@ def test_prompts_too_small_to_train_on_are_compressed_without_a_dictionary() -> 
     for canonical in (b"", b"a", b"ab", b"b", b"c", b"d"):
         assert catalog.nearest_saved(canonical) == plain.nearest_saved(canonical)
     assert list(catalog.items()) == sorted(saved)
+
+
+@settings(max_examples=100, deadline=None)
+@given(saved_rows, st.integers(1, 5), st.integers(1, 4), st.integers(1, 7))
+def test_blocks_compressed_in_threads_are_the_frames_compressed_one_at_a_time(
+        saved: list[tuple[bytes, str]], size: int, threads: int, batch: int) -> None:
+    """A large catalog compresses its blocks a batch at a time, in threads: the same
+    frames, in the same order, as a small one compressing them one by one."""
+    alone = Catalog.build(list(saved), size)
+    with mock.patch.object(nearest, "_MANY", 1), mock.patch.object(nearest, "_BATCH", batch), \
+            mock.patch.object(nearest, "_THREADS", threads):
+        threaded = Catalog.build(list(saved), size)
+    assert threaded._blocks == alone._blocks and threaded._ends == alone._ends
+    assert list(threaded.items()) == sorted(saved)
+
+
+def test_a_large_catalog_with_a_dictionary_compresses_in_threads_as_one_at_a_time() -> None:
+    saved = [(orjson.dumps(chat(f"Question {i}: what is {i * 7}?")), f"run.jsonl:{i + 1}")
+             for i in range(1200)]
+    threaded = Catalog.build(list(saved))
+    assert len(threaded._ends) >= nearest._MANY
+    with mock.patch.object(nearest, "_MANY", len(saved)):
+        alone = Catalog.build(list(saved))
+    assert threaded._blocks == alone._blocks and threaded._ends == alone._ends
+
+
+@settings(max_examples=200, deadline=None)
+@given(saved_rows, st.lists(prompts, min_size=1, max_size=8))
+def test_the_sorted_catalog_lists_and_finds_what_the_compressed_one_does(
+        saved: list[tuple[bytes, str]], asked: list[bytes]) -> None:
+    """`replay-server index` writes the prompts of an uncompressed catalog: the same rows
+    in the same order, and the same nearest prompt for any request."""
+    compressed, plain = Catalog.build(list(saved)), PlainCatalog(saved)
+    held = SortedCatalog(iter(saved))
+    assert list(held.items()) == list(compressed.items()) == sorted(saved)
+    assert len(held) == len(saved)
+    for canonical in asked + [p for p, _ in saved[:8]]:
+        assert held.nearest_saved(canonical) == plain.nearest_saved(canonical)
