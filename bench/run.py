@@ -562,6 +562,14 @@ def index_figures(size: int) -> dict[str, Any]:
             "serve_index_anon": idx_mem["RssAnon"]}
 
 
+def _commit() -> str:
+    found = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                           capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--",
+                            "replay_server"], capture_output=True, text=True).stdout.strip()
+    return (found.stdout.strip() or "unknown") + (" (with uncommitted changes)" if dirty else "")
+
+
 # ---------------------------------------------------------------- report
 
 STREAMS = ("chat-stream", "chat-stream-recorded", "responses-stream")
@@ -754,7 +762,10 @@ def report(t: Throughput | None, index: list[dict[str, Any]], args: argparse.Nam
                   "its first request; from the index most of it is the mapped index file "
                   "(anon: the process's own). The interpreter and its libraries take some "
                   "40-60 MB whatever the run (about the anon figure from the index), which "
-                  "weighs on the ratios of small runs only.", "", *index_lines(index)]
+                  "weighs on the ratios of small runs only. Measured "
+                  f"{args.index_note}"
+                  f"{' (taken from ' + str(args.index_from) + ')' if args.index_from else ''}"
+                  ".", "", *index_lines(index)]
     return "\n".join(lines) + "\n"
 
 
@@ -803,6 +814,10 @@ def main() -> None:
     parser.add_argument("--no-throughput", action="store_true",
                         help="the index figures only")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the report goes")
+    parser.add_argument("--index-from", type=Path, metavar="JSON",
+                        help="take the index figures from the index-figures.json an earlier "
+                        "run wrote (they do not depend on the HTTP path) instead of measuring "
+                        "them again; the report says when and at which commit they were")
     parser.add_argument("--mockllm-python", help="a Python with the `mockllm` package "
                         "(PyPI), to measure it beside replay-server")
     parser.add_argument("--llmock", default=shutil.which("llmock"),
@@ -820,8 +835,15 @@ def main() -> None:
         run = ensure_run(20000, mixed=True)
         t = throughput(run, args.rounds, args.duration,
                        peers(run, args.mockllm_python, args.llmock))
-    index = [index_figures(int(s)) for s in args.sizes.split(",") if s]
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.index_from:
+        saved = orjson.loads(args.index_from.read_bytes())
+        index, args.index_note = saved["figures"], saved["measured"]
+    else:
+        index = [index_figures(int(s)) for s in args.sizes.split(",") if s]
+        args.index_note = f"{time.strftime('%Y-%m-%d %H:%M')} at commit {_commit()}"
+        (args.out / "index-figures.json").write_bytes(orjson.dumps(
+            {"measured": args.index_note, "figures": index}, option=orjson.OPT_INDENT_2))
     text = report(t, index, args, time.monotonic() - start)
     if t is not None and plot(t, args.out / "throughput.png"):
         text += ("\n![requests/s and p99 at c=64: each workload beside its same-bytes "
