@@ -1,0 +1,361 @@
+"""listen.Direct: the replay POSTs answered straight from uvicorn's parser give the same
+bytes, in the same order, with the same counting, as the ASGI path (`listen.DIRECT` off).
+Raw sockets on a real uvicorn run as `serve` runs it (`listen.uvicorn_config`)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, BinaryIO
+
+import orjson
+import pytest
+import uvicorn
+from uvicorn.server import ServerState
+
+from replay_server import listen
+from replay_server.app import ReplayApp, ReplayEndpoint, create_app
+from replay_server.openai_responses.fields import RESPONSES_PATH
+from replay_server.records import validate
+from replay_server.settings import DEFAULT_READ_TIMEOUT, Settings
+
+from .support import (
+    MODEL,
+    build,
+    chat_record,
+    chat_response,
+    completion_record,
+    completion_response,
+    user,
+)
+
+pytestmark = pytest.mark.http
+
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+MAX_BODY = 3000
+
+
+def responses_record() -> Any:
+    response = {"id": "resp_1", "object": "response", "status": "completed", "model": MODEL,
+                "output": [{"id": "msg_1", "type": "message", "role": "assistant",
+                            "status": "completed",
+                            "content": [{"type": "output_text", "text": "Hello there.",
+                                         "annotations": []}]}],
+                "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}}
+    return validate({"replay_record": 1, "endpoint": RESPONSES_PATH, "model": MODEL,
+                     "request": {"model": MODEL, "input": "hi"}, "response": response},
+                    "saved.jsonl", 9)
+
+
+RECORDS = [
+    chat_record("2+2?", chat_response("4", reasoning="2 plus 2 is 4"), line=1),
+    chat_record("colors?", chat_response("red", "blue"), line=2),
+    chat_record("same?", chat_response("x"), instance=1, line=3),
+    chat_record("same?", chat_response("y"), instance=2, line=4),
+    chat_record("broken?", None, unusable="the saved text is null", line=5),
+    completion_record("The capital of France is", completion_response(" Paris."), line=7),
+    completion_record("1 + 1 =", completion_response(" 2"), line=8),
+    responses_record(),
+]
+
+
+def chat(text: str, **more: Any) -> dict[str, Any]:
+    return {"model": MODEL, "messages": user(text), **more}
+
+
+def post(path: str, body: Any, *headers: str, chunks: int = 0) -> bytes:
+    """A POST as bytes; `chunks` > 0 sends the body chunked, in that many pieces."""
+    data = body if isinstance(body, bytes) else orjson.dumps(body)
+    lines = [f"POST {path} HTTP/1.1", "host: test", "content-type: application/json",
+             *headers]
+    if not chunks:
+        lines.append(f"content-length: {len(data)}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode() + data
+    lines.append("transfer-encoding: chunked")
+    step = -(-len(data) // chunks)
+    pieces = [data[i:i + step] for i in range(0, len(data), step)]
+    framed = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + framed
+
+
+def get(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nhost: test\r\n\r\n".encode()
+
+
+# every kind of request the replay endpoints answer, and every kind of error
+REQUESTS = [
+    post(CHAT, chat("2+2?")),
+    post(CHAT, chat("2+2?", stream=True, stream_options={"include_usage": True})),
+    post(CHAT, chat("colors?", n=2)),
+    post(CHAT, chat("colors?", n=2, stream=True)),
+    post(CHAT, chat("same?")),  # ambiguous
+    post(CHAT, chat("colors?")),
+    post(CHAT, chat("colors?")),
+    post(CHAT, chat("colors?")),  # exhausted
+    post(CHAT, chat("broken?")),
+    post(CHAT, chat("never saved")),
+    post(COMPLETIONS, {"model": MODEL, "prompt": "The capital of France is"}),
+    post(COMPLETIONS, {"model": MODEL, "prompt": ["The capital of France is", "1 + 1 ="]}),
+    post(COMPLETIONS, {"model": MODEL, "prompt": "1 + 1 =", "stream": True}),
+    post(RESPONSES_PATH, {"model": MODEL, "input": "hi"}),
+    post(RESPONSES_PATH, {"model": MODEL, "input": "hi", "stream": True}),
+    post(CHAT, b"{not json"),
+    post(CHAT, b""),
+    post(CHAT, {"model": 3, "messages": "x"}),
+    post(CHAT, {"model": MODEL, "messages": [{"role": "user", "content": 5}]}),
+    post(COMPLETIONS, {"model": MODEL}),
+    post(CHAT, chat("2+2?", model="no/such-model")),
+    post(CHAT, chat("x" * MAX_BODY)),  # 413 by its Content-Length
+    post(CHAT, chat("x" * MAX_BODY), chunks=3),  # 413 without one
+    post(CHAT, chat("2+2?"), chunks=4),
+    post(CHAT + "?a=b", chat("2+2?")),  # not the exact path: the ASGI path either way
+    post(CHAT, chat("2+2?"), "connection: keep-alive", "x-extra: 1"),
+]
+
+
+@contextmanager
+def listening(app: Any, read_timeout: float = DEFAULT_READ_TIMEOUT) -> Iterator[int]:
+    """uvicorn serving `app` as `serve` runs it, on a free port."""
+    config = listen.uvicorn_config(app, "warning", False, read_timeout)
+    server = uvicorn.Server(config)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 10
+            while not server.started:
+                assert time.monotonic() < deadline and thread.is_alive(), "no uvicorn"
+                time.sleep(0.01)
+            yield sock.getsockname()[1]
+        finally:
+            server.should_exit = True
+            thread.join(10)
+            listen.SlowClientProtocol.read_timeout = DEFAULT_READ_TIMEOUT
+
+
+def read_response(f: BinaryIO) -> bytes:
+    """One whole response, as sent: its head, then its body by its framing."""
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        line = f.readline()
+        if not line:
+            raise EOFError(head)
+        head += line
+    length = re.search(rb"\r\ncontent-length: (\d+)\r\n", head)
+    if length is not None:
+        return head + f.read(int(length[1]))
+    assert b"\r\ntransfer-encoding: chunked\r\n" in head, head
+    body = b""
+    while True:
+        size = f.readline()
+        n = int(size, 16)
+        body += size + f.read(n + 2)
+        if n == 0:
+            return head + body
+
+
+def normal(response: bytes) -> bytes:
+    return re.sub(rb"\r\ndate: [^\r]*\r\n", b"\r\ndate: -\r\n", response, count=1)
+
+
+def one_by_one(port: int, requests: list[bytes]) -> list[bytes]:
+    """Each request sent once the previous answer came, on one connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        f = s.makefile("rb")
+        answers = []
+        for request in requests:
+            s.sendall(request)
+            answers.append(normal(read_response(f)))
+        return answers
+
+
+def pipelined(port: int, requests: list[bytes]) -> list[bytes]:
+    """All the requests in one send, then their answers."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"".join(requests))
+        f = s.makefile("rb")
+        return [normal(read_response(f)) for _ in requests]
+
+
+class Calls:
+    """How many requests went through the ASGI endpoint (`ReplayEndpoint.__call__`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        original = ReplayEndpoint.__call__
+
+        async def counted(endpoint: ReplayEndpoint, *args: Any) -> None:
+            self.count += 1
+            await original(endpoint, *args)
+
+        monkeypatch.setattr(ReplayEndpoint, "__call__", counted)
+
+
+def served(monkeypatch: pytest.MonkeyPatch, direct: bool,
+           talk: Callable[[int], list[bytes]], **settings: Any
+           ) -> tuple[list[bytes], dict[str, Any], int]:
+    """The answers `talk` gets from a fresh server, the server's status after, and how
+    many requests went through the ASGI endpoint."""
+    monkeypatch.setattr(listen, "DIRECT", direct)
+    calls = Calls(monkeypatch)
+    app = create_app(Settings(max_body_size=MAX_BODY, **settings), build(RECORDS))
+    assert isinstance(app, ReplayApp)
+    with listening(app) as port:
+        answers = talk(port)
+    status = app.replayer.status()
+    del status["uptime_s"]
+    monkeypatch.undo()
+    return answers, status, calls.count
+
+
+def same_both_ways(monkeypatch: pytest.MonkeyPatch, talk: Callable[[int], list[bytes]],
+                   **settings: Any) -> tuple[list[bytes], int]:
+    """Asserts the direct path answers as the ASGI path does; the answers, and how many
+    requests the direct server still sent through the ASGI endpoint."""
+    asgi, asgi_status, asgi_calls = served(monkeypatch, False, talk, **settings)
+    direct, direct_status, direct_calls = served(monkeypatch, True, talk, **settings)
+    assert direct == asgi
+    assert direct_status == asgi_status
+    assert asgi_calls > direct_calls
+    return direct, direct_calls
+
+
+def test_every_kind_of_answer_is_the_same_byte_for_byte(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    answers, calls = same_both_ways(monkeypatch, lambda port: one_by_one(port, REQUESTS))
+    assert calls == 1  # the path with a query string
+    statuses = [int(a.split(b" ", 2)[1]) for a in answers]
+    assert statuses == [200, 200, 200, 200, 400, 200, 200, 400, 400, 400, 200, 200, 200, 200,
+                        200, 400, 400, 400, 400, 400, 404, 413, 413, 200, 200, 200]
+    assert b"\r\ntransfer-encoding: chunked\r\n" in answers[1]
+    assert answers[-1].startswith(b"HTTP/1.1 200 OK\r\ndate: -\r\nserver: uvicorn\r\n")
+
+
+def test_pipelined_requests_are_answered_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    requests = [REQUESTS[0], get("/health"), REQUESTS[1], post(CHAT, chat("colors?")),
+                get("/health"), REQUESTS[13], REQUESTS[21], post(CHAT, chat("colors?"))]
+    answers, _ = same_both_ways(monkeypatch, lambda port: pipelined(port, requests))
+    assert [a.split(b"\r\n", 1)[0] for a in answers] == [
+        b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK",
+        b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 413 Request Entity Too Large",
+        b"HTTP/1.1 200 OK"]
+    assert b'"content":"red"' in answers[3] and b'"content":"blue"' in answers[7]
+
+
+def test_every_request_pipelined(monkeypatch: pytest.MonkeyPatch) -> None:
+    same_both_ways(monkeypatch, lambda port: pipelined(port, REQUESTS))
+
+
+def test_a_connection_is_kept_alive_across_many_requests(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    requests = [REQUESTS[i % 4] for i in range(200)] + [get("/health")]
+    answers, calls = same_both_ways(monkeypatch, lambda port: one_by_one(port, requests))
+    assert calls == 0 and len(answers) == 201
+
+
+def test_the_api_key_is_checked_as_on_the_asgi_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    requests = [REQUESTS[0], post(CHAT, chat("2+2?"), "authorization: Bearer wrong"),
+                post(CHAT, chat("2+2?"), "authorization: Bearer sesame"),
+                post(RESPONSES_PATH, {"model": MODEL, "input": "hi"}),
+                post(CHAT, chat("x" * MAX_BODY)), get("/health"), get("/v1/models")]
+    answers, _ = same_both_ways(monkeypatch, lambda port: one_by_one(port, requests),
+                                api_key="sesame")
+    assert [a.split(b"\r\n", 1)[0][9:12] for a in answers] == [
+        b"401", b"401", b"200", b"401", b"401", b"200", b"401"]
+
+
+def closed_after(port: int, requests: list[bytes]) -> list[bytes]:
+    """The answers to `requests` sent at once, then b"<closed>" if the server closed."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"".join(requests))
+        f = s.makefile("rb")
+        answers = []
+        while True:
+            try:
+                answers.append(normal(read_response(f)))
+            except EOFError as e:
+                assert e.args == (b"",)
+                return [*answers, b"<closed>"]
+
+
+def test_connection_close_is_answered_then_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    requests = [REQUESTS[0], post(CHAT, chat("colors?"), "connection: close"),
+                post(CHAT, chat("colors?"))]  # after the close: never answered, nor counted
+    answers, _ = same_both_ways(monkeypatch, lambda port: closed_after(port, requests))
+    assert len(answers) == 3 and answers[-1] == b"<closed>"
+    assert b"\r\nconnection: close\r\n" in answers[1]
+
+
+def left_mid_body(port: int) -> list[bytes]:
+    """A client that leaves halfway through a body; then another asks."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(REQUESTS[0][:-5])
+        time.sleep(0.2)
+    return one_by_one(port, [post(CHAT, chat("colors?"))])
+
+
+def test_a_client_that_leaves_mid_body_gets_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers, _ = same_both_ways(monkeypatch, left_mid_body)
+    assert b'"content":"red"' in answers[0]
+
+
+def test_a_body_sent_slowly_is_answered_when_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    def slowly(port: int) -> list[bytes]:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            request = REQUESTS[11]
+            for i in range(0, len(request), 40):
+                s.sendall(request[i:i + 40])
+                time.sleep(0.005)
+            return [normal(read_response(s.makefile("rb")))]
+
+    same_both_ways(monkeypatch, slowly)
+
+
+def test_a_slow_client_is_cut_off_mid_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    for direct in (False, True):
+        monkeypatch.setattr(listen, "DIRECT", direct)
+        app = create_app(Settings(), build(RECORDS))
+        with listening(app, read_timeout=0.3) as port, \
+                socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(REQUESTS[0][:-5])
+            assert s.recv(100) == b""  # cut off, nothing sent
+            assert isinstance(app, ReplayApp) and app.replayer.stats.requests == 1
+
+
+def test_other_apps_go_through_asgi(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = Calls(monkeypatch)
+    app = create_app(Settings(), build(RECORDS))
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        await app(scope, receive, send)
+
+    with listening(wrapped) as port:
+        assert one_by_one(port, [REQUESTS[0]])[0].startswith(b"HTTP/1.1 200 OK")
+    assert calls.count == 1
+
+
+@pytest.mark.parametrize("unusual", ["", "access_log", "limit_concurrency", "root_path",
+                                     "switch"])
+def test_a_connection_is_answered_directly_only_as_usual(
+        monkeypatch: pytest.MonkeyPatch, unusual: str) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        config = listen.uvicorn_config(create_app(Settings(), build(RECORDS)), "warning",
+                                       False)
+        protocol = listen.SlowClientProtocol(config, ServerState(), {}, _loop=loop)
+        if unusual == "switch":
+            monkeypatch.setattr(listen, "DIRECT", False)
+        elif unusual:
+            setattr(protocol, unusual, {"access_log": True, "limit_concurrency": 10,
+                                        "root_path": "/api"}[unusual])
+        direct = listen.Direct.of(protocol, listen.OneSend(None, loop))  # type: ignore[arg-type]
+        assert (direct is None) == bool(unusual)
+    finally:
+        loop.close()
