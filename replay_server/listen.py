@@ -259,24 +259,28 @@ class Direct:
         self.answered = True
         self.parts = []
         self.size = 0
-        status, headers, body = answer
         protocol = self.protocol
         try:
-            head, chunked = _head(protocol.server_state.default_headers, status, headers,
-                                  len(body), self.keep_alive)
+            data = wire(protocol.server_state.default_headers, answer, self.keep_alive)
         except ValueError as exc:  # uvicorn would refuse it too, and close
             log.error("an answer uvicorn would not send: %s", exc)
             self.sender.close()
             return
-        if chunked:  # one chunk, then the last
-            data = b"%s%x\r\n%s\r\n0\r\n\r\n" % (head, len(body), body) if body \
-                else head + b"0\r\n\r\n"
-        else:
-            data = head + body
         self.sender.send(data)
         if not self.keep_alive:
             self.sender.close()
         protocol.on_response_complete()
+
+
+def wire(defaults: list[tuple[bytes, bytes]], answer: Answer, keep_alive: bool) -> bytes:
+    """The bytes uvicorn writes for `answer` sent as one start and one body message
+    (`RequestResponseCycle.send`), with its default headers `defaults`."""
+    status, headers, body = answer
+    head, chunked = _head(defaults, status, headers, len(body), keep_alive)
+    if chunked:  # one chunk, then the last (join: `%` copies a big body slowly)
+        return b"".join((head, b"%x\r\n" % len(body), body, b"\r\n0\r\n\r\n")) if body \
+            else head + b"0\r\n\r\n"
+    return head + body
 
 
 def _head(defaults: list[tuple[bytes, bytes]], status: int,
@@ -289,17 +293,15 @@ def _head(defaults: list[tuple[bytes, bytes]], status: int,
     response."""
     content = [STATUS_LINE[status], _defaults(defaults)]
     sized = False
-    for name, value in headers:
-        if HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
-            raise ValueError(f"invalid header {name!r}: {value!r}")
-        name = name.lower()
-        if name == b"content-length" and not sized:
-            if int(value) != length:
-                raise ValueError(f"content-length {value!r} for {length} bytes")
+    for header in headers:
+        line = _LINES.get(header)
+        if line is None:
+            line = _line(header)
+        if line.startswith(b"content-length: ") and not sized:
+            if int(header[1]) != length:
+                raise ValueError(f"content-length {header[1]!r} for {length} bytes")
             sized = True
-        elif name in (b"transfer-encoding", b"connection"):
-            raise ValueError(f"a {name!r} header")  # the answers here never set one
-        content.append(b"%s: %s\r\n" % (name, value))
+        content.append(line)
     if not keep_alive:
         content.append(b"connection: close\r\n")
     chunked = not sized and status not in (204, 304)
@@ -307,6 +309,24 @@ def _head(defaults: list[tuple[bytes, bytes]], status: int,
         content.append(b"transfer-encoding: chunked\r\n")
     content.append(b"\r\n")
     return b"".join(content), chunked
+
+
+_LINES: dict[tuple[bytes, bytes], bytes] = {}  # header -> its checked line, as uvicorn writes it
+
+
+def _line(header: tuple[bytes, bytes]) -> bytes:
+    """A header's line, checked as uvicorn checks it (remembered: the same few headers
+    come back, and a regular expression costs more than a look-up)."""
+    name, value = header
+    if HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
+        raise ValueError(f"invalid header {name!r}: {value!r}")
+    name = name.lower()
+    if name in (b"transfer-encoding", b"connection"):
+        raise ValueError(f"a {name!r} header")  # the answers here never set one
+    line = b"%s: %s\r\n" % (name, value)
+    if len(_LINES) < 10_000:
+        _LINES[header] = line
+    return line
 
 
 _defaults_seen: tuple[list[tuple[bytes, bytes]], bytes] | None = None

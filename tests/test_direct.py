@@ -5,6 +5,7 @@ Raw sockets on a real uvicorn run as `serve` runs it (`listen.uvicorn_config`)."
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import socket
 import threading
@@ -13,13 +14,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
+import hypothesis
 import orjson
 import pytest
 import uvicorn
+from hypothesis import given
+from hypothesis import strategies as st
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 from uvicorn.server import ServerState
 
 from replay_server import listen
-from replay_server.app import ReplayApp, ReplayEndpoint, create_app
+from replay_server.app import Answer, ReplayApp, ReplayEndpoint, create_app
 from replay_server.openai_responses.fields import RESPONSES_PATH
 from replay_server.records import validate
 from replay_server.settings import DEFAULT_READ_TIMEOUT, Settings
@@ -359,3 +365,73 @@ def test_a_connection_is_answered_directly_only_as_usual(
         assert (direct is None) == bool(unusual)
     finally:
         loop.close()
+
+
+class Written:
+    """A transport that keeps what is written."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def uvicorns_bytes(defaults: list[tuple[bytes, bytes]], answer: Answer,
+                   keep_alive: bool) -> bytes:
+    """What uvicorn's own cycle writes for `answer` as ReplayEndpoint sends it."""
+    status, headers, body = answer
+    written = Written()
+
+    async def send() -> None:
+        cycle = RequestResponseCycle(
+            scope={"method": "POST"},  # type: ignore[typeddict-item]
+            transport=written,  # type: ignore[arg-type]
+            flow=FlowControl(written),  # type: ignore[arg-type]
+            logger=logging.getLogger("test"), access_logger=logging.getLogger("test"),
+            access_log=False, default_headers=defaults, message_event=asyncio.Event(),
+            expect_100_continue=False, keep_alive=keep_alive, on_response=lambda: None)
+        await cycle.send({"type": "http.response.start", "status": status,
+                          "headers": headers})
+        await cycle.send({"type": "http.response.body", "body": body})
+
+    asyncio.run(send())
+    return written.data
+
+
+TOKEN = st.text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_", min_size=1,
+                max_size=12).map(str.encode)
+VALUE = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=40).map(
+    str.encode)
+
+
+@given(status=st.sampled_from([200, 400, 401, 404, 413, 500, 502]),
+       headers=st.lists(st.tuples(TOKEN, VALUE), max_size=4),
+       body=st.binary(max_size=300), sized=st.booleans(), keep_alive=st.booleans(),
+       date=VALUE)
+@hypothesis.settings(max_examples=300, deadline=None)
+def test_the_direct_bytes_are_uvicorns(status: int, headers: list[tuple[bytes, bytes]],
+                                       body: bytes, sized: bool, keep_alive: bool,
+                                       date: bytes) -> None:
+    headers = [(name, value) for name, value in headers
+               if name.lower() not in (b"content-length", b"transfer-encoding", b"connection")]
+    if sized:
+        headers.insert(len(headers) // 2, (b"content-length", str(len(body)).encode()))
+    defaults = [(b"date", date), (b"server", b"uvicorn")]
+    answer = (status, headers, body)
+    assert listen.wire(defaults, answer, keep_alive) == \
+        uvicorns_bytes(defaults, answer, keep_alive)
+
+
+@pytest.mark.parametrize("header", [(b"x-bad", b"a\nb"), (b"bad name", b"x"),
+                                    (b"content-length", b"3"), (b"connection", b"close"),
+                                    (b"transfer-encoding", b"chunked")])
+def test_an_answer_uvicorn_would_refuse_is_refused(header: tuple[bytes, bytes]) -> None:
+    with pytest.raises(ValueError):
+        listen.wire([(b"date", b"x")], (200, [header], b"{}"), True)
