@@ -115,7 +115,7 @@ class SlowClientProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         direct = self._direct
-        if direct is not None and direct.endpoint is not None:
+        if direct is not None and direct.mine:
             direct.body(body)
         else:
             super().on_body(body)
@@ -123,7 +123,7 @@ class SlowClientProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._began = None
         direct = self._direct
-        if direct is not None and direct.endpoint is not None:
+        if direct is not None and direct.mine:
             direct.complete()
         else:
             super().on_message_complete()
@@ -131,12 +131,12 @@ class SlowClientProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         direct = self._direct
-        if direct is not None and direct.endpoint is not None:
+        if direct is not None and direct.mine:
             direct.received()
 
     def shutdown(self) -> None:
         direct = self._direct
-        if direct is not None and direct.endpoint is not None and not direct.answered:
+        if direct is not None and direct.mine and not direct.answered:
             direct.keep_alive = False  # answered, then closed: as uvicorn ends a request
             return
         super().shutdown()
@@ -147,7 +147,7 @@ class SlowClientProtocol(HttpToolsProtocol):
             self._deadline.cancel()
             self._deadline = None
         if self._direct is not None:
-            self._direct.endpoint = None  # a client gone mid-body gets nothing
+            self._direct.mine = False  # a client gone mid-body gets nothing
         super().connection_lost(exc)
 
     def _arm(self, delay: float) -> None:
@@ -168,28 +168,31 @@ class Direct:
     """The replay POSTs of one connection, answered from uvicorn's parser callbacks: the
     headers (`take`), the body (`body`, `received`), the end (`complete`), with
     `ReplayEndpoint.start` and `finish`, the same synchronous work as the ASGI path. The
-    answer leaves in one write, the bytes uvicorn would write for it (`_head`); then what
+    answer leaves in one write, the bytes uvicorn would write for it (`wire`); then what
     uvicorn does when a response completes (`on_response_complete`: keep-alive timer,
-    reading resumed).
+    reading resumed). An answer uvicorn would refuse closes the connection, as uvicorn
+    does, and the requests after it in the same read are dropped, as uvicorn never
+    starts them.
 
     A request is taken only when the ASGI path would do exactly the same with it: an
     HTTP/1.1 POST to the exact path of a replay endpoint, no `Expect: 100-continue`, no
     upgrade, no response of the connection in flight (pipelined requests keep their
-    order), writing not paused, the connection still open. A connection is served so at
-    all only with this module's switch on, a uvicorn as expected, no access log, no
-    concurrency limit, no root path, and a `ReplayApp` (behind uvicorn's proxy-headers
-    middleware at most, which changes nothing these endpoints read)."""
+    order), writing not paused. A connection is served so at all only with this module's
+    switch on, a uvicorn as expected, no access log, no concurrency limit, no root path,
+    and a `ReplayApp` (behind uvicorn's proxy-headers middleware at most, which changes
+    nothing these endpoints read)."""
 
-    __slots__ = ("protocol", "sender", "paths", "endpoint", "answered", "keep_alive",
-                 "parts", "size")
+    __slots__ = ("protocol", "sender", "paths", "mine", "endpoint", "answered",
+                 "keep_alive", "parts", "size")
 
     def __init__(self, protocol: SlowClientProtocol, sender: OneSend,
                  paths: dict[bytes, ReplayEndpoint]) -> None:
         self.protocol = protocol
         self.sender = sender
         self.paths = paths
-        self.endpoint: ReplayEndpoint | None = None  # of the request being received
-        self.answered = False  # whether it was answered before its body ended
+        self.mine = False  # whether the request being received is taken here
+        self.endpoint: ReplayEndpoint | None = None  # its endpoint (None: dropped)
+        self.answered = False  # whether it was answered (or dropped) before its body ended
         self.keep_alive = True
         self.parts: list[bytes] = []
         self.size = 0
@@ -208,8 +211,13 @@ class Direct:
                                       for path, endpoint in app.fast_paths.items()})
 
     def take(self, url: bytes) -> bool:
-        """Whether this request is answered here (then it has begun: counted, and
-        answered already if its headers decide it)."""
+        """Whether this request is taken here (then it has begun: counted, and answered
+        already if its headers decide it). Any request on a connection closed by an
+        answer sent earlier in the same read is dropped (uvicorn would not start it)."""
+        if self.sender.is_closing():
+            self.mine = self.answered = True
+            self.endpoint = None
+            return True
         endpoint = self.paths.get(url)
         if endpoint is None:
             return False
@@ -219,8 +227,9 @@ class Direct:
         if parser.get_method() != b"POST" or parser.get_http_version() != "1.1" \
                 or protocol.expect_100_continue or parser.should_upgrade() \
                 or (cycle is not None and not cycle.response_complete) \
-                or protocol.flow.write_paused or self.sender.is_closing():
+                or protocol.flow.write_paused:
             return False
+        self.mine = True
         self.endpoint = endpoint
         self.answered = False
         self.keep_alive = parser.should_keep_alive()
@@ -238,16 +247,15 @@ class Direct:
         """After each read: a body past the limit is refused without waiting for its end
         (as the ASGI path refuses it when it has received that much)."""
         endpoint = self.endpoint
-        assert endpoint is not None
-        if not self.answered and self.size > endpoint.max_body \
+        if not self.answered and endpoint is not None and self.size > endpoint.max_body \
                 and not self.sender.is_closing():
             self._send(endpoint.failed(endpoint.too_large(self.size)))
 
     def complete(self) -> None:
         endpoint = self.endpoint
-        assert endpoint is not None
+        self.mine = False
         self.endpoint = None
-        if self.answered:
+        if self.answered or endpoint is None:
             return
         parts = self.parts
         body = parts[0] if len(parts) == 1 else b"".join(parts)

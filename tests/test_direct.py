@@ -217,6 +217,7 @@ def served(monkeypatch: pytest.MonkeyPatch, direct: bool,
         answers = talk(port)
     status = app.replayer.status()
     del status["uptime_s"]
+    status["requests"] = app.replayer.stats.requests
     monkeypatch.undo()
     return answers, status, calls.count
 
@@ -435,3 +436,20 @@ def test_the_direct_bytes_are_uvicorns(status: int, headers: list[tuple[bytes, b
 def test_an_answer_uvicorn_would_refuse_is_refused(header: tuple[bytes, bytes]) -> None:
     with pytest.raises(ValueError):
         listen.wire([(b"date", b"x")], (200, [header], b"{}"), True)
+
+
+def test_an_answer_uvicorn_would_refuse_closes_and_nothing_after_it_runs(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    finish = ReplayEndpoint.finish
+
+    def refused_or_not(endpoint: ReplayEndpoint, body: bytes) -> Answer:
+        if b"colors?" in body:
+            return 200, [(b"x-bad", b"a\nb")], b"{}"
+        return finish(endpoint, body)
+
+    def patched(port: int) -> list[bytes]:
+        monkeypatch.setattr(ReplayEndpoint, "finish", refused_or_not)
+        return closed_after(port, [REQUESTS[0], post(CHAT, chat("colors?")), REQUESTS[0]])
+
+    answers, _ = same_both_ways(monkeypatch, patched)
+    assert len(answers) == 2 and answers[-1] == b"<closed>"
