@@ -60,7 +60,8 @@ def _uvicorn_as_expected() -> bool:
     known = uvicorn.__version__.split(".")[:2] == ["0", "54"]
     parts = all(hasattr(HttpToolsProtocol, name) for name in (
         "on_response_complete", "_unset_keepalive_if_required", "on_headers_complete",
-        "on_body", "on_message_complete", "shutdown", "data_received"))
+        "on_body", "on_message_complete", "shutdown", "data_received",
+        "timeout_keep_alive_handler"))
     if not (known and parts):
         log.debug("uvicorn %s is not the one (0.54) whose HTTP protocol listen.py knows: "
                   "every request goes through the ASGI app", uvicorn.__version__)
@@ -99,6 +100,8 @@ class SlowClientProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if self._direct is not None:
+            self._direct.idle_since = None  # a request runs: not idle, whatever it is
         if self._began is None:  # else the request began when the connection did
             self._began = self.loop.time()
             if self._deadline is None:
@@ -109,8 +112,6 @@ class SlowClientProtocol(HttpToolsProtocol):
         if direct is not None:
             if direct.take(self.url):
                 return
-            # a direct answer may have armed it within this read: a request now runs
-            self._unset_keepalive_if_required()
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
@@ -129,8 +130,10 @@ class SlowClientProtocol(HttpToolsProtocol):
             super().on_message_complete()
 
     def data_received(self, data: bytes) -> None:
-        super().data_received(data)
         direct = self._direct
+        if direct is not None:
+            direct.idle_since = None  # as uvicorn cancels its keep-alive timer
+        super().data_received(data)
         if direct is not None and direct.mine:
             direct.received()
 
@@ -147,7 +150,7 @@ class SlowClientProtocol(HttpToolsProtocol):
             self._deadline.cancel()
             self._deadline = None
         if self._direct is not None:
-            self._direct.mine = False  # a client gone mid-body gets nothing
+            self._direct.lost()
         super().connection_lost(exc)
 
     def _arm(self, delay: float) -> None:
@@ -169,8 +172,8 @@ class Direct:
     headers (`take`), the body (`body`, `received`), the end (`complete`), with
     `ReplayEndpoint.start` and `finish`, the same synchronous work as the ASGI path. The
     answer leaves in one write, the bytes uvicorn would write for it (`wire`); then what
-    uvicorn does when a response completes (`on_response_complete`: keep-alive timer,
-    reading resumed). An answer uvicorn would refuse closes the connection, as uvicorn
+    uvicorn does when a response completes (`_completed`: keep-alive timer, reading
+    resumed). An answer uvicorn would refuse closes the connection, as uvicorn
     does, and the requests after it in the same read are dropped, as uvicorn never
     starts them.
 
@@ -183,7 +186,7 @@ class Direct:
     nothing these endpoints read)."""
 
     __slots__ = ("protocol", "sender", "paths", "mine", "endpoint", "answered",
-                 "keep_alive", "parts", "size")
+                 "keep_alive", "parts", "size", "idle_since", "idle_timer")
 
     def __init__(self, protocol: SlowClientProtocol, sender: OneSend,
                  paths: dict[bytes, ReplayEndpoint]) -> None:
@@ -196,6 +199,8 @@ class Direct:
         self.keep_alive = True
         self.parts: list[bytes] = []
         self.size = 0
+        self.idle_since: float | None = None  # when the last answer left, if nothing came since
+        self.idle_timer: asyncio.TimerHandle | None = None
 
     @classmethod
     def of(cls, protocol: SlowClientProtocol, sender: OneSend) -> Direct | None:
@@ -277,7 +282,44 @@ class Direct:
         self.sender.send(data)
         if not self.keep_alive:
             self.sender.close()
-        protocol.on_response_complete()
+        self._completed()
+
+    def _completed(self) -> None:
+        """What uvicorn's `on_response_complete` does (no request waits behind a direct
+        answer), but its keep-alive timer is not armed per answer (that costs more than
+        a microsecond): the answer notes when it left, and the one timer, when it fires,
+        closes a connection idle for `timeout_keep_alive` seconds since, waits again for
+        one idle for less, and lapses on one that received since (an answer re-arms it)."""
+        protocol = self.protocol
+        protocol.server_state.total_requests += 1
+        if self.sender.is_closing():
+            return
+        protocol._unset_keepalive_if_required()  # uvicorn's, should an ASGI answer have armed it
+        protocol.flow.resume_reading()
+        self.idle_since = protocol.loop.time()
+        if self.idle_timer is None:
+            self.idle_timer = protocol.loop.call_later(protocol.timeout_keep_alive,
+                                                       self._idle)
+
+    def _idle(self) -> None:
+        self.idle_timer = None
+        since = self.idle_since
+        if since is None:
+            return  # it received since: busy, or a request under way
+        protocol = self.protocol
+        left = since + protocol.timeout_keep_alive - protocol.loop.time()
+        if left > 0:
+            self.idle_timer = protocol.loop.call_later(left, self._idle)
+        else:
+            protocol.timeout_keep_alive_handler()
+
+    def lost(self) -> None:
+        """The connection is gone: a client gone mid-body gets nothing."""
+        self.mine = False
+        self.idle_since = None
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
 
 
 def wire(defaults: list[tuple[bytes, bytes]], answer: Answer, keep_alive: bool) -> bytes:

@@ -125,9 +125,11 @@ REQUESTS = [
 
 
 @contextmanager
-def listening(app: Any, read_timeout: float = DEFAULT_READ_TIMEOUT) -> Iterator[int]:
+def listening(app: Any, read_timeout: float = DEFAULT_READ_TIMEOUT,
+              keep_alive: float = 5) -> Iterator[int]:
     """uvicorn serving `app` as `serve` runs it, on a free port."""
-    config = listen.uvicorn_config(app, "warning", False, read_timeout)
+    config = listen.uvicorn_config(app, "warning", False, read_timeout,
+                                   timeout_keep_alive=keep_alive)
     server = uvicorn.Server(config)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -207,7 +209,7 @@ class Calls:
 
 
 def served(monkeypatch: pytest.MonkeyPatch, direct: bool,
-           talk: Callable[[int], list[bytes]], **settings: Any
+           talk: Callable[[int], list[bytes]], keep_alive: float = 5, **settings: Any
            ) -> tuple[list[bytes], dict[str, Any], int]:
     """The answers `talk` gets from a fresh server, the server's status after, and how
     many requests went through the ASGI endpoint."""
@@ -215,7 +217,7 @@ def served(monkeypatch: pytest.MonkeyPatch, direct: bool,
     calls = Calls(monkeypatch)
     app = create_app(Settings(max_body_size=MAX_BODY, **settings), build(RECORDS))
     assert isinstance(app, ReplayApp)
-    with listening(app) as port:
+    with listening(app, keep_alive=keep_alive) as port:
         answers = talk(port)
     status = app.replayer.status()
     del status["uptime_s"]
@@ -467,3 +469,21 @@ def test_unusual_requests_go_through_asgi(monkeypatch: pytest.MonkeyPatch) -> No
     answers, _ = same_both_ways(monkeypatch, lambda port: closed_after(port, [old]),
                                 taken=False)
     assert b"\r\nconnection: close\r\n" in answers[0] and answers[1] == b"<closed>"
+
+
+def test_a_connection_idle_for_the_keep_alive_timeout_is_closed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def busy_then_idle(port: int) -> list[bytes]:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            f = s.makefile("rb")
+            answers = []
+            # busy for longer than the timeout, never idle for as long: kept open
+            for request in [REQUESTS[0], REQUESTS[1], get("/health"), REQUESTS[11]]:
+                s.sendall(request)
+                answers.append(normal(read_response(f)))
+                time.sleep(0.5)
+            assert s.recv(1) == b""  # then idle: closed
+            return answers
+
+    answers, calls = same_both_ways(monkeypatch, busy_then_idle, keep_alive=1)
+    assert len(answers) == 4 and calls == 0
