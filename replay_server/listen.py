@@ -346,7 +346,11 @@ def _head(defaults: list[tuple[bytes, bytes]], status: int,
     for header in headers:
         line = _LINES.get(header)
         if line is None:
-            line = _line(header)
+            name, value = header
+            if name == b"content-length" and value.isdigit():  # nothing to check
+                line = b"content-length: %s\r\n" % value
+            else:
+                line = _line(header)
         if line.startswith(b"content-length: ") and not sized:
             if int(header[1]) != length:
                 raise ValueError(f"content-length {header[1]!r} for {length} bytes")
@@ -365,8 +369,9 @@ _LINES: dict[tuple[bytes, bytes], bytes] = {}  # header -> its checked line, as 
 
 
 def _line(header: tuple[bytes, bytes]) -> bytes:
-    """A header's line, checked as uvicorn checks it (remembered: the same few headers
-    come back, and a regular expression costs more than a look-up)."""
+    """A header's line, checked as uvicorn checks it (remembered: the same headers come
+    back, `content-type` every time, `x-replay-source` every time its record is served;
+    two regular expressions cost more than a look-up)."""
     name, value = header
     if HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
         raise ValueError(f"invalid header {name!r}: {value!r}")
@@ -374,8 +379,9 @@ def _line(header: tuple[bytes, bytes]) -> bytes:
     if name in (b"transfer-encoding", b"connection"):
         raise ValueError(f"a {name!r} header")  # the answers here never set one
     line = b"%s: %s\r\n" % (name, value)
-    if len(_LINES) < 10_000:
-        _LINES[header] = line
+    if len(_LINES) >= 10_000:
+        _LINES.clear()  # the ones in use come back
+    _LINES[header] = line
     return line
 
 
