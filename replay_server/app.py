@@ -3,12 +3,14 @@
 The three replay endpoints (chat, completions, responses) are the hot path. They are plain
 ASGI apps (`ReplayEndpoint`) that `ReplayApp` calls first, ahead of FastAPI's middleware,
 routing, dependency and response machinery, which costs several times the replay work
-itself. They are also
-mounted as routes (so a GET on them is a 405, not a 404) and documented in the OpenAPI
-schema. Everything else is ordinary FastAPI, in `routes.py`. Every error, whichever layer
-raises it, leaves as the OpenAI envelope with `x-should-retry: false`, and every error
-sent for a POST or a /v1 route is counted (`Stats`), so that `run` fails on it even when
-the harness swallows it.
+itself; under uvicorn, `listen.SlowClientProtocol` answers them straight from the HTTP
+parser, without the ASGI cycle (the ASGI path stays whole: any other server, and every
+request the protocol does not take, goes through it). They are also mounted as routes
+(so a GET on them is a 405, not a 404) and documented in the OpenAPI schema. Everything
+else is ordinary FastAPI, in `routes.py`. Every error, whichever layer raises it, leaves
+as the OpenAI envelope with `x-should-retry: false`, and every error sent for a POST or a
+/v1 route is counted (`Stats`), so that `run` fails on it even when the harness swallows
+it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ async def send_error(send: Send, error: ReplayServerError) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
+"""What an endpoint answers: status, headers and body (uvicorn adds `date` and `server`)."""
+
+
 def internal_error(exc: BaseException) -> ReplayServerError:
     log.exception("internal error", exc_info=exc)
     return ReplayServerError(f"internal error in replay-server: {type(exc).__name__}; "
@@ -55,50 +61,83 @@ def internal_error(exc: BaseException) -> ReplayServerError:
 
 
 class ReplayEndpoint:
-    """POST /v1/chat/completions, /v1/completions or /v1/responses, as a plain ASGI app."""
+    """POST /v1/chat/completions, /v1/completions or /v1/responses.
 
-    def __init__(self, replayer: Replayer, endpoint: str, max_body: int) -> None:
+    The replay work is synchronous, in two steps that both ways of serving share: `start`
+    (the headers in: the request counted, and the answer if they alone decide it) and
+    `finish` (the whole body in, the answer out). `__call__` runs them as a plain ASGI app
+    (`ReplayApp` calls it first; any ASGI server can serve it); `listen.SlowClientProtocol`
+    runs them straight from uvicorn's HTTP parser."""
+
+    def __init__(self, replayer: Replayer, endpoint: str, max_body: int,
+                 api_key: bytes | None = None) -> None:
         self.replayer = replayer
         self.endpoint = endpoint
         self.max_body = max_body
+        self.api_key = api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.replayer.stats.requests += 1
-        try:
-            self._check_length(scope)
-            # a client too slow to send it is cut off by listen.SlowClientProtocol
-            message: Message = await receive()
-            if message["type"] != "http.request" or message.get("more_body", False):
-                body = await self._rest(receive, message)
-                if body is None:
-                    return
-            else:  # the whole body in one message, as usual
-                body = message.get("body", b"")
-                if len(body) > self.max_body:
-                    raise self._too_large(len(body))
-            reply = self.replayer.handle(self.endpoint, body)
-        except ReplayServerError as error:
-            if error.status == 413:  # handle() counts the errors it raises
-                self.replayer.count(None, self.endpoint, error)
-            await send_error(send, error)
-            return
-        except Exception as exc:
-            failure = internal_error(exc)
-            self.replayer.count(None, self.endpoint, failure)
-            await send_error(send, failure)
-            return
-        await send({"type": "http.response.start", "status": 200, "headers": reply.headers})
-        await send({"type": "http.response.body", "body": reply.body})
+        answer = self.start(scope["headers"])
+        if answer is None:
+            try:
+                # a client too slow to send it is cut off by listen.SlowClientProtocol
+                message: Message = await receive()
+                if message["type"] != "http.request" or message.get("more_body", False):
+                    body = await self._rest(receive, message)
+                    if body is None:
+                        return
+                else:  # the whole body in one message, as usual
+                    body = message.get("body", b"")
+            except ReplayServerError as error:  # the body is too large
+                answer = self.failed(error)
+            except Exception as exc:
+                answer = self.failed(internal_error(exc))
+            else:
+                answer = self.finish(body)
+        status, headers, body = answer
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
-    def _check_length(self, scope: Scope) -> None:
-        for name, value in scope["headers"]:
+    def start(self, headers: list[tuple[bytes, bytes]]) -> Answer | None:
+        """Count the request; its answer if the headers decide it (a missing or wrong API
+        key, a Content-Length over --max-body-size), else None: `finish` the body."""
+        self.replayer.stats.requests += 1
+        if self.api_key is not None and not authorized(headers, self.api_key):
+            return self.failed(unauthorized())
+        try:
+            self._check_length(headers)
+        except PayloadTooLarge as error:
+            return self.failed(error)
+        except ReplayServerError as error:
+            return errors.render(error)
+        return None
+
+    def finish(self, body: bytes) -> Answer:
+        """The answer to a whole request body: the reply, or the error (counted)."""
+        if len(body) > self.max_body:
+            return self.failed(self.too_large(len(body)))
+        try:
+            reply = self.replayer.handle(self.endpoint, body)
+        except ReplayServerError as error:  # handle() counts the errors it raises
+            return errors.render(error)
+        except Exception as exc:
+            return self.failed(internal_error(exc))
+        return 200, reply.headers, reply.body
+
+    def failed(self, error: ReplayServerError) -> Answer:
+        """An error that `handle` did not count, counted and rendered."""
+        self.replayer.count(None, self.endpoint, error)
+        return errors.render(error)
+
+    def _check_length(self, headers: list[tuple[bytes, bytes]]) -> None:
+        for name, value in headers:
             if name == b"content-length":
                 try:
                     size = int(value)
                 except ValueError:
                     raise BadRequest("the Content-Length header is not a number") from None
                 if size > self.max_body:
-                    raise self._too_large(size)
+                    raise self.too_large(size)
 
     async def _rest(self, receive: Receive, message: Message) -> bytes | None:
         """The body that begins with `message`, received whole; None if the client left."""
@@ -110,15 +149,29 @@ class ReplayEndpoint:
             chunk = message.get("body", b"")
             total += len(chunk)
             if total > self.max_body:
-                raise self._too_large(total)
+                raise self.too_large(total)
             parts.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(parts)
             message = await receive()
 
-    def _too_large(self, size: int) -> PayloadTooLarge:
+    def too_large(self, size: int) -> PayloadTooLarge:
         return PayloadTooLarge(f"the request body has {size} bytes or more; this server "
                                f"accepts at most {self.max_body} (--max-body-size)")
+
+
+def unauthorized() -> Unauthorized:
+    return Unauthorized(
+        "missing or wrong API key: send the header `Authorization: Bearer KEY` with "
+        "the key this server was started with (--api-key or REPLAY_SERVER_API_KEY)")
+
+
+def authorized(headers: list[tuple[bytes, bytes]], api_key: bytes) -> bool:
+    """Whether the first Authorization header is `Bearer KEY`."""
+    for name, value in headers:
+        if name == b"authorization":
+            return hmac.compare_digest(value, b"Bearer " + api_key)
+    return False
 
 
 def _counted(scope: Scope) -> bool:
@@ -130,8 +183,9 @@ def _counted(scope: Scope) -> bool:
 
 class ReplayApp(FastAPI):
     """A FastAPI app that sends POSTs to the replay endpoints straight to them, ahead of
-    its middleware, routing and response machinery; with an API key, it first turns away
-    every request but `GET /health` that does not carry `Authorization: Bearer KEY`."""
+    its middleware, routing and response machinery; with an API key, it (or the endpoint)
+    turns away every request but `GET /health` that does not carry
+    `Authorization: Bearer KEY`."""
 
     fast_paths: dict[str, ReplayEndpoint]
     replayer: Replayer
@@ -141,21 +195,19 @@ class ReplayApp(FastAPI):
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
+        if scope["method"] == "POST":
+            endpoint = self.fast_paths.get(scope["path"])
+            if endpoint is not None:  # it checks the API key itself
+                await endpoint(scope, receive, send)
+                return
         if self.api_key is not None and scope["path"] != "/health" \
-                and not self._authorized(scope):
-            error = Unauthorized(
-                "missing or wrong API key: send the header `Authorization: Bearer KEY` with "
-                "the key this server was started with (--api-key or REPLAY_SERVER_API_KEY)")
+                and not authorized(scope["headers"], self.api_key):
+            error = unauthorized()
             if _counted(scope):
                 self.replayer.stats.requests += 1
                 self.replayer.count(None, scope["path"], error)
             await send_error(send, error)
             return
-        if scope["method"] == "POST":
-            endpoint = self.fast_paths.get(scope["path"])
-            if endpoint is not None:
-                await endpoint(scope, receive, send)
-                return
         if not _counted(scope):
             await super().__call__(scope, receive, send)
             return
@@ -175,13 +227,6 @@ class ReplayApp(FastAPI):
             await send(message)
 
         return counting
-
-    def _authorized(self, scope: Scope) -> bool:
-        assert self.api_key is not None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                return hmac.compare_digest(value, b"Bearer " + self.api_key)
-        return False
 
 
 def _error_response(error: ReplayServerError) -> Response:
@@ -250,14 +295,15 @@ def create_app(settings: Settings, index: Index) -> FastAPI:
                     description="Replays saved LLM generations over the OpenAI API.")
     app.state.replayer = replayer
     app.state.settings = settings
-    endpoints = {path: ReplayEndpoint(replayer, path, settings.max_body_size)
+    api_key = settings.api_key.encode() if settings.api_key else None
+    endpoints = {path: ReplayEndpoint(replayer, path, settings.max_body_size, api_key)
                  for path in ENDPOINTS}
     for path, endpoint in endpoints.items():
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))
     app.include_router(router)
     app.fast_paths = endpoints
     app.replayer = replayer
-    app.api_key = settings.api_key.encode() if settings.api_key else None
+    app.api_key = api_key
     app.add_exception_handler(HTTPException, _http_exception)
     app.add_exception_handler(ReplayServerError, _replay_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
