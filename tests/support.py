@@ -21,7 +21,7 @@ import orjson
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from replay_server import indexing
+from replay_server import indexing, listen
 from replay_server.app import create_app
 from replay_server.index import Index
 from replay_server.records import CHAT_PATH, COMPLETION_PATH, Record, validate
@@ -122,7 +122,8 @@ class Counting:
 @contextmanager
 def running(app: Any) -> Iterator[str]:
     """A real uvicorn serving `app` on a free 127.0.0.1 port; yields the /v1 base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    # as serve runs it: the slow-client cut-off, one send per answer, the direct answers
+    server = uvicorn.Server(listen.uvicorn_config(app, "warning", access_log=False))
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
