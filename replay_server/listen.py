@@ -224,8 +224,11 @@ class Direct:
             self.endpoint = None
             return True
         endpoint = self.paths.get(url)
-        if endpoint is None:
-            return False
+        if endpoint is None:  # a query string is ignored, as the ASGI app ignores it
+            path, query, _ = url.partition(b"?")
+            endpoint = self.paths.get(path) if query and b"#" not in url else None
+            if endpoint is None:
+                return False
         protocol = self.protocol
         parser = protocol.parser
         cycle = protocol.cycle
