@@ -114,10 +114,7 @@ class Catalog:
                 yield block.prompt(k), block.where(k)
 
     def nearest(self, canonical: bytes) -> tuple[dict[str, Any], str] | None:
-        found = self.nearest_saved(canonical)
-        if found is None:
-            return None
-        return orjson.loads(found[0]), found[1]
+        return _parsed(self.nearest_saved(canonical))
 
     def nearest_saved(self, canonical: bytes) -> tuple[bytes, str] | None:
         """The saved prompt sharing the longest prefix with `canonical`, of the two
@@ -204,10 +201,7 @@ class SortedCatalog:
         return iter(self._rows)
 
     def nearest(self, canonical: bytes) -> tuple[dict[str, Any], str] | None:
-        found = self.nearest_saved(canonical)
-        if found is None:
-            return None
-        return orjson.loads(found[0]), found[1]
+        return _parsed(self.nearest_saved(canonical))
 
     def nearest_saved(self, canonical: bytes) -> tuple[bytes, str] | None:
         """As `Catalog.nearest_saved`."""
@@ -255,6 +249,10 @@ class _Block:
 
 
 EMPTY = Catalog.build([])
+
+
+def _parsed(found: tuple[bytes, str] | None) -> tuple[dict[str, Any], str] | None:
+    return None if found is None else (orjson.loads(found[0]), found[1])
 
 
 def closest(at: Callable[[int], bytes], count: int, canonical: bytes) -> int | None:

@@ -120,10 +120,10 @@ class Counting:
 
 
 @contextmanager
-def running(app: Any) -> Iterator[str]:
-    """A real uvicorn serving `app` on a free 127.0.0.1 port; yields the /v1 base URL."""
-    # as serve runs it: the slow-client cut-off, one send per answer, the direct answers
-    server = uvicorn.Server(listen.uvicorn_config(app, "warning", access_log=False))
+def on_free_port(config: uvicorn.Config) -> Iterator[int]:
+    """A real uvicorn run with `config` on a free 127.0.0.1 port, in a thread; yields the
+    port."""
+    server = uvicorn.Server(config)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
@@ -135,10 +135,18 @@ def running(app: Any) -> Iterator[str]:
                 if time.monotonic() > deadline or not thread.is_alive():
                     raise RuntimeError("uvicorn did not start")
                 time.sleep(0.01)
-            yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+            yield sock.getsockname()[1]
         finally:
             server.should_exit = True
             thread.join(10)
+
+
+@contextmanager
+def running(app: Any) -> Iterator[str]:
+    """A real uvicorn serving `app` on a free 127.0.0.1 port; yields the /v1 base URL."""
+    # as serve runs it: the slow-client cut-off, one send per answer, the direct answers
+    with on_free_port(listen.uvicorn_config(app, "warning", access_log=False)) as port:
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 @contextmanager

@@ -8,7 +8,6 @@ import asyncio
 import logging
 import re
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,7 +16,6 @@ from typing import Any, BinaryIO
 import hypothesis
 import orjson
 import pytest
-import uvicorn
 from hypothesis import given
 from hypothesis import strategies as st
 from uvicorn.protocols.http.flow_control import FlowControl
@@ -37,6 +35,7 @@ from .support import (
     chat_response,
     completion_record,
     completion_response,
+    on_free_port,
     user,
 )
 
@@ -132,22 +131,11 @@ def listening(app: Any, read_timeout: float = DEFAULT_READ_TIMEOUT,
     """uvicorn serving `app` as `serve` runs it, on a free port."""
     config = listen.uvicorn_config(app, "warning", False, read_timeout,
                                    timeout_keep_alive=keep_alive)
-    server = uvicorn.Server(config)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        try:
-            deadline = time.monotonic() + 10
-            while not server.started:
-                assert time.monotonic() < deadline and thread.is_alive(), "no uvicorn"
-                time.sleep(0.01)
-            yield sock.getsockname()[1]
-        finally:
-            server.should_exit = True
-            thread.join(10)
-            listen.SlowClientProtocol.read_timeout = DEFAULT_READ_TIMEOUT
+    try:
+        with on_free_port(config) as port:
+            yield port
+    finally:
+        listen.SlowClientProtocol.read_timeout = DEFAULT_READ_TIMEOUT
 
 
 def read_response(f: BinaryIO) -> bytes:
