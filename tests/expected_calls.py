@@ -14,9 +14,10 @@ from typing import Any
 
 import httpx
 
-from replay_server.formats import LoadContext
-from replay_server.loader import load, read
-from replay_server.records import Record
+from replay_server.index.loading import load
+from replay_server.saved.formats import LoadContext
+from replay_server.saved.loader import read
+from replay_server.saved.record import Record
 from replay_server.settings import Settings
 
 from .support import assert_error, serving

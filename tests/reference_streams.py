@@ -12,12 +12,12 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from replay_server import replies
-from replay_server.index import Exchange, Selection
-from replay_server.openai_responses.stream_in import PART_TEXT, STREAMED_FIELD
-from replay_server.openai_responses.fields import RESPONSES_PATH
-from replay_server.records import CHAT_PATH
-from replay_server.sse import Frames
+from replay_server.wire import replies
+from replay_server.index.index import Exchange, Selection
+from replay_server.wire.responses.stream_in import PART_TEXT, STREAMED_FIELD
+from replay_server.paths import RESPONSES_PATH
+from replay_server.paths import CHAT_PATH
+from replay_server.wire.sse import Frames
 
 # ---- sse.py
 

@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from replay_server.recorder import Recorder, RecordWriter, create_record_app
+from replay_server.saved.writer import RecordWriter
+from replay_server.web.recorder import Recorder, create_record_app
 
 from .fakemodel.server import create_app as fake_model
 from .harness.commands import offline_env

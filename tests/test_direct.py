@@ -22,11 +22,11 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 from uvicorn.server import ServerState
 
-from replay_server import listen
-from replay_server.app import Answer, ReplayApp, ReplayEndpoint, create_app
-from replay_server.openai_responses.fields import RESPONSES_PATH
-from replay_server.records import validate
+from replay_server.paths import RESPONSES_PATH
+from replay_server.saved.record import validate
 from replay_server.settings import DEFAULT_READ_TIMEOUT, Settings
+from replay_server.web import listen
+from replay_server.web.app import Answer, ReplayApp, ReplayEndpoint, create_app
 
 from .support import (
     MODEL,

@@ -24,15 +24,17 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from replay_server import errors, keys
-from replay_server.app import create_app
+from replay_server import errors
 from replay_server.errors import LoadError
-from replay_server.loader import load
-from replay_server.recorder import Recorder, RecordWriter, create_record_app
-from replay_server.records import CHAT_PATH, COMPLETION_PATH
-from replay_server.replay import Replayer
-from replay_server.samples import Rules
+from replay_server.index.loading import load
+from replay_server.index.samples import Rules
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH
+from replay_server.replay.replayer import Replayer
+from replay_server.saved.writer import RecordWriter
 from replay_server.settings import Settings
+from replay_server.web.app import create_app
+from replay_server.web.recorder import Recorder, create_record_app
+from replay_server.wire import keys
 
 from .support import (
     CLI,

@@ -9,22 +9,18 @@ import orjson
 import pytest
 
 from replay_server.errors import LoadError
-from replay_server.formats import READERS
-from replay_server.formats.base import (
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH
+from replay_server.saved.formats import READERS
+from replay_server.saved.formats.base import (
     LoadContext,
     json_lines,
     strip_litellm_provider,
     synthetic_id,
     text_response,
 )
-from replay_server.loader import _head
-from replay_server.records import (
-    CHAT_PATH,
-    COMPLETION_PATH,
-    DEFAULT_MAX_LINE,
-    make_record,
-    validate,
-)
+from replay_server.saved.loader import _head
+from replay_server.saved.record import make_record, validate
+from replay_server.settings import DEFAULT_MAX_LINE
 
 REQUEST = {"model": "m", "messages": [{"role": "user", "content": "q"}], "stream": True}
 

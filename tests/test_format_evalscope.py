@@ -16,11 +16,12 @@ import orjson
 import pytest
 
 from replay_server.errors import LoadError
-from replay_server.formats import LoadContext
-from replay_server.formats.evalscope import AGENT, DUPLICATE, TOOL_CALLS
-from replay_server.index import Entry
-from replay_server.loader import load, plan, read
-from replay_server.records import Record, strip_transport
+from replay_server.index.index import Entry
+from replay_server.index.loading import load
+from replay_server.saved.formats import LoadContext
+from replay_server.saved.formats.evalscope import AGENT, DUPLICATE, TOOL_CALLS
+from replay_server.saved.loader import plan, read
+from replay_server.saved.record import Record, strip_transport
 from replay_server.settings import Settings
 
 from .support import assert_error, serving

@@ -15,12 +15,15 @@ import httpx
 import orjson
 import pytest
 
-from replay_server.formats import LoadContext
-from replay_server.loader import load, plan, read
-from replay_server.openai_responses import RESPONSES_PATH, aggregate, output_items
-from replay_server.recorder import Recorder, RecordWriter, create_record_app
-from replay_server.records import Record, strip_transport
+from replay_server.index.loading import load
+from replay_server.paths import RESPONSES_PATH
+from replay_server.saved.formats import LoadContext
+from replay_server.saved.loader import plan, read
+from replay_server.saved.record import Record, strip_transport
+from replay_server.saved.writer import RecordWriter
 from replay_server.settings import Settings
+from replay_server.web.recorder import Recorder, create_record_app
+from replay_server.wire.responses import aggregate, output_items
 
 from .fakemodel.server import create_app as fake_model
 from .harness.commands import offline_env

@@ -15,8 +15,9 @@ import orjson
 import pytest
 
 from replay_server.errors import LoadError
-from replay_server.formats import LoadContext
-from replay_server.loader import load, plan, read
+from replay_server.index.loading import load
+from replay_server.saved.formats import LoadContext
+from replay_server.saved.loader import plan, read
 from replay_server.settings import Settings
 
 from .support import assert_error, serving
@@ -212,7 +213,7 @@ def lm_eval_reads(case: str, request: dict[str, Any], choice: dict[str, Any]
     lm-eval computes itself for that request (from the samples row it came from)."""
     from lm_eval.models.openai_completions import LocalCompletionsAPI
 
-    from replay_server import tokens
+    from replay_server.saved import tokens
 
     tok = tokens.load_tokenizer(TOKENIZED[case])
     bos = case == "mc_tokenized"  # that run's model_args: add_bos_token=True, max_length=15
@@ -263,13 +264,13 @@ def test_with_the_tokenizer_every_token_id_request_gets_the_saved_answer(case: s
 @pytest.mark.harness  # lm-eval's parser reads them
 def test_loglikelihood_answers_are_the_saved_values_exactly() -> None:
     """Each saved (logprob, is_greedy) comes back through lm-eval's parser bit for bit."""
-    from replay_server import tokens
+    from replay_server.saved import tokens
 
     loaded = load([DATA / "loglikelihood_mc"], progress=False,
                   tokenizer=str(TOKENIZED["loglikelihood_mc"]))
     tok = loaded.ctx.tokenizer
-    from replay_server.replay import Replayer
-    from replay_server.samples import Rules
+    from replay_server.index.samples import Rules
+    from replay_server.replay.replayer import Replayer
     replayer = Replayer(loaded.index, Rules())
     checked = 0
     for row in rows("loglikelihood_mc"):

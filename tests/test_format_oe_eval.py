@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from replay_server.errors import LoadError
-from replay_server.formats.oe_eval import NO_REQUESTS, TRUNCATED, model_name, truncated
-from replay_server.loader import load
+from replay_server.index.loading import load
+from replay_server.saved.formats.oe_eval import NO_REQUESTS, TRUNCATED, model_name, truncated
 from replay_server.settings import Settings
 
 from .expected_calls import play, unmatched_bodies

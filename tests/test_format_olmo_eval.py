@@ -15,8 +15,8 @@ import openai
 import pytest
 
 from replay_server.errors import LoadError
-from replay_server.formats.olmo_eval import NO_REQUESTS, sanitize
-from replay_server.loader import load
+from replay_server.index.loading import load
+from replay_server.saved.formats.olmo_eval import NO_REQUESTS, sanitize
 from replay_server.settings import Settings
 
 from .expected_calls import expected, play, records_by_source, unmatched_bodies

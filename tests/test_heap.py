@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from replay_server import heap
+from replay_server.index import heap
 
 
 def resident() -> int:

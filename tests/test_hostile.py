@@ -16,8 +16,8 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.generation import GenerationMode
 
-from replay_server.app import create_app
 from replay_server.settings import Settings
+from replay_server.web.app import create_app
 
 from .support import (
     MODEL,

@@ -16,15 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.types import Message
 
-from replay_server import protocol
-from replay_server.app import create_app
 from replay_server.errors import BadRequest, ReplayServerError
-from replay_server.loader import load
-from replay_server.openai_responses import RESPONSES_PATH
-from replay_server.records import CHAT_PATH, COMPLETION_PATH
-from replay_server.replay import Replayer, Reply
-from replay_server.samples import Rules
+from replay_server.index.loading import load
+from replay_server.index.samples import Rules
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH
+from replay_server.replay.replayer import Replayer, Reply
 from replay_server.settings import Settings
+from replay_server.web.app import create_app
+from replay_server.wire import protocol
 
 ROOT = Path(__file__).resolve().parent.parent
 # chat and completions (a two-sample entry among them), and Responses exchanges that

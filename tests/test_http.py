@@ -11,9 +11,9 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
-from replay_server import keys
-from replay_server.app import create_app
 from replay_server.settings import Settings
+from replay_server.web.app import create_app
+from replay_server.wire import keys
 
 from .support import (
     MODEL,

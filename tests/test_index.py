@@ -9,11 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay_server import errors, keys
-from replay_server.indexing import Builder
-from replay_server.records import CHAT_PATH, COMPLETION_PATH, Record
-from replay_server.replay import Replayer
-from replay_server.samples import Rules
+from replay_server import errors
+from replay_server.index.builder import Builder
+from replay_server.index.samples import Rules
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH
+from replay_server.replay.replayer import Replayer
+from replay_server.saved.record import Record
+from replay_server.wire import keys
 
 from .support import (
     MODEL,

@@ -9,11 +9,11 @@ from pathlib import Path
 import openai
 import pytest
 
-from replay_server import index_file
 from replay_server.errors import LoadError
-from replay_server.index_file import StoredIndex
-from replay_server.loader import load
-from replay_server.nearest import Catalog, SortedCatalog
+from replay_server.index import file as index_file
+from replay_server.index.catalog import Catalog, SortedCatalog
+from replay_server.index.file import StoredIndex
+from replay_server.index.loading import load
 from replay_server.settings import Settings
 
 from .support import CLI, ROOT, chat_record, chat_response, serving, spawn, user, write_jsonl
@@ -83,7 +83,7 @@ def test_serving_the_index_answers_like_serving_the_files(built: Path) -> None:
 
 
 def test_an_index_is_served_alone(built: Path) -> None:
-    from replay_server.server import open_run
+    from replay_server.commands.serve import open_run
 
     with pytest.raises(LoadError, match="served on its own"):
         open_run([built, SAVED[0]], Settings())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from replay_server.loader import load
+from replay_server.index.loading import load
 
 from .support import chat_record, chat_response, write_jsonl
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay_server import keys
+from replay_server.wire import keys
 
 SYSTEM = {"role": "system", "content": "Be brief."}
 USER = {"role": "user", "content": "What is 2+2?"}

@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 from replay_server import errors
-from replay_server.index import entry_of
-from replay_server.loader import load
-from replay_server.records import CHAT_PATH, COMPLETION_PATH
+from replay_server.index.index import entry_of
+from replay_server.index.loading import load
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH
 
 from .support import MODEL, chat_record, chat_response, user, write_jsonl
 

@@ -9,8 +9,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay_server import nearest
-from replay_server.nearest import EMPTY, Catalog, SortedCatalog, closest
+from replay_server.index import catalog as nearest
+from replay_server.index.catalog import EMPTY, Catalog, SortedCatalog, closest
 
 
 class PlainCatalog:

@@ -21,8 +21,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from replay_server import keys
-from replay_server import openai_responses as R
+from replay_server.wire import keys
+from replay_server.wire import responses as R
 
 from .fakemodel.server import create_app as fake_model
 from .support import running

@@ -8,9 +8,10 @@ from importlib import metadata
 from pathlib import Path
 
 import replay_server
-from replay_server.app import create_app
-from replay_server.recorder import Recorder, RecordWriter, create_record_app
+from replay_server.saved.writer import RecordWriter
 from replay_server.settings import Settings
+from replay_server.web.app import create_app
+from replay_server.web.recorder import Recorder, create_record_app
 
 from .support import CLI, ROOT, build
 

@@ -14,9 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay_server.errors import LoadError
-from replay_server.records import (
-    CHAT_PATH,
-    COMPLETION_PATH,
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH
+from replay_server.saved.record import (
     MARKER,
     TRANSPORT_FIELDS,
     plain_record,

@@ -19,9 +19,10 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from replay_server.loader import load
-from replay_server.recorder import Recorder, RecordWriter, create_record_app
-from replay_server.records import CHAT_PATH
+from replay_server.index.loading import load
+from replay_server.paths import CHAT_PATH
+from replay_server.saved.writer import RecordWriter
+from replay_server.web.recorder import Recorder, create_record_app
 
 from .fakemodel.server import create_app as fake_model
 from .support import running, serving, spawn, wait_for

@@ -8,10 +8,11 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay_server import replies, streams
-from replay_server.aggregate import StreamAggregator
-from replay_server.index import Bodies, Exchange
-from replay_server.openai_responses import (
+from replay_server.index.index import Bodies, Exchange
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH
+from replay_server.wire import replies, streams
+from replay_server.wire.aggregate import StreamAggregator
+from replay_server.wire.responses import (
     aggregate,
     event_payloads,
     events_for,
@@ -20,8 +21,7 @@ from replay_server.openai_responses import (
     joined_deltas,
     split_deltas,
 )
-from replay_server.records import CHAT_PATH, COMPLETION_PATH
-from replay_server.sse import fill
+from replay_server.wire.sse import fill
 
 from .support import chat_response, completion_response
 

@@ -12,13 +12,15 @@ import openai
 import orjson
 import pytest
 
-from replay_server import streams
 from replay_server.errors import LoadError
-from replay_server.loader import load
-from replay_server.openai_responses import RESPONSES_PATH, aggregate, events_for
-from replay_server.recorder import Recorder, RecordWriter, create_record_app
-from replay_server.records import CHAT_PATH, stream_mismatch, validate
+from replay_server.index.loading import load
+from replay_server.paths import CHAT_PATH, RESPONSES_PATH
+from replay_server.saved.record import stream_mismatch, validate
+from replay_server.saved.writer import RecordWriter
 from replay_server.settings import Settings
+from replay_server.web.recorder import Recorder, create_record_app
+from replay_server.wire import streams
+from replay_server.wire.responses import aggregate, events_for
 
 from .fakemodel.server import create_app as fake_model
 from .support import assert_error, chat_response, running, serving, user, write_jsonl
@@ -274,7 +276,7 @@ def test_a_turn_whose_earlier_turn_was_not_saved_is_unusable(tmp_path: Path) -> 
 
 def test_the_index_file_serves_responses_and_their_chains(
         recorded: tuple[str, Recorder, Path], tmp_path: Path) -> None:
-    from replay_server import index_file
+    from replay_server.index import file as index_file
 
     url, _, out = recorded
     with openai.OpenAI(base_url=url, api_key="x") as client:
@@ -304,8 +306,8 @@ def test_openai_batch_files_of_the_responses_api_are_read(tmp_path: Path) -> Non
 
 
 def test_the_readme_lists_every_responses_field_as_the_code_classifies_it() -> None:
-    from replay_server import keys
-    from replay_server import openai_responses as R
+    from replay_server.wire import keys
+    from replay_server.wire import responses as R
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert R.markdown_table() in readme and keys.markdown_table() in readme
@@ -313,8 +315,8 @@ def test_the_readme_lists_every_responses_field_as_the_code_classifies_it() -> N
 
 def test_convert_and_the_index_file_keep_frames_and_batch_usage(
         recorded: tuple[str, Recorder, Path], tmp_path: Path) -> None:
-    from replay_server import index_file
-    from replay_server.convert import convert_paths
+    from replay_server.commands.convert import convert_paths
+    from replay_server.index import file as index_file
 
     url, _, out = recorded
     chat = {"model": MODEL, "messages": [{"role": "user", "content": "What is 1 + 1?"}],
@@ -352,7 +354,7 @@ def test_malformed_responses_requests_get_400_naming_the_field(tmp_path: Path) -
 def test_the_start_up_snippet_replays_a_saved_responses_prompt(tmp_path: Path) -> None:
     import shlex
 
-    from replay_server.server import open_run, snippet_lines
+    from replay_server.commands.serve import open_run, snippet_lines
 
     record = saved("4", instructions="Be brief.", tools=[CALCULATOR],
                    text={"format": {"type": "json_schema", "name": "n", "schema": {

@@ -14,16 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench import gen_run
-from replay_server import streams
-from replay_server.index import Bodies, Exchange, Selection
-from replay_server.openai_responses import (
-    RESPONSES_PATH,
-    events_for,
-    first_piece,
-    joined_deltas,
-    split_deltas,
-)
-from replay_server.records import CHAT_PATH, COMPLETION_PATH
+from replay_server.index.index import Bodies, Exchange, Selection
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH
+from replay_server.wire import streams
+from replay_server.wire.responses import events_for, first_piece, joined_deltas, split_deltas
 
 from . import reference_streams as old
 from .stream_cases import ATOMS, TEXTS, chat_bodies, completion_bodies, responses_bodies

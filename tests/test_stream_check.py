@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay_server import aggregate, streams
-from replay_server.aggregate import StreamAggregator, StreamError
-from replay_server.records import CHAT_PATH, COMPLETION_PATH
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH
+from replay_server.wire import aggregate, streams
+from replay_server.wire.aggregate import StreamAggregator, StreamError
 
 from .stream_cases import chat_bodies, completion_bodies
 

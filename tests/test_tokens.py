@@ -26,8 +26,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from replay_server import tokens
-from replay_server.tokens import (
+from replay_server.saved import tokens
+from replay_server.saved.tokens import (
     NotRepresentable,
     TokenizerError,
     encode_like_lm_eval,
