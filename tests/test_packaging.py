@@ -12,8 +12,7 @@ from replay_server.saved.writer import RecordWriter
 from replay_server.settings import Settings
 from replay_server.web.app import create_app
 from replay_server.web.recorder import Recorder, create_record_app
-
-from .support import CLI, ROOT, build
+from tests.support import CLI, ROOT, build
 
 VERSION = replay_server.__version__
 
