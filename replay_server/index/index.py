@@ -26,11 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BadRequest, ModelNotFound
-from ..paths import CHAT_PATH, RESPONSES_PATH
 from ..saved.record import Record, where_of
-from ..wire import keys
-from ..wire import responses as openai_responses
-from ..wire.responses import RESPONSES
+from ..wire.families import family_of
 from .catalog import EMPTY, PromptCatalog
 
 
@@ -163,7 +160,7 @@ class ModelRun:
     samples: int = 0
     unusable_records: int = 0
     # Responses API: saved response id -> what a request continuing it puts before its
-    # input (`openai_responses.previous_of`, canonical JSON) and the saved exchange; None
+    # input (`Family.previous_of`, canonical JSON) and the saved exchange; None
     # when two saved conversations share the id.
     responses: dict[str, SavedResponse | None] = field(default_factory=dict)
 
@@ -237,14 +234,8 @@ def entry_of(value: Entry | Exchange) -> Entry:
 def prompt_of(record: Record) -> dict[str, Any]:
     """The keyed prompt of a saved record (one prompt: a batch is saved prompt by prompt,
     and `records.make_record` checked its form)."""
-    if record.endpoint == RESPONSES_PATH:
-        return openai_responses.keyed_input(record.request)  # NeedsPrevious if it continues
-    found = keys.prompts(kind_of(record.endpoint), record.request)
+    # (Responses: NeedsPrevious if it continues an earlier response)
+    found = family_of(record.endpoint).prompts(record.request, None)
     assert found is not None and len(found) == 1
     return found[0]
 
-
-def kind_of(endpoint: str) -> str:
-    if endpoint == RESPONSES_PATH:
-        return RESPONSES
-    return keys.CHAT if endpoint == CHAT_PATH else keys.COMPLETION

@@ -1,6 +1,6 @@
 """The replay service: one request body in, one reply out. No HTTP framework in here.
 
-It parses the request (protocol), picks the saved samples for every prompt (index rules),
+It parses the request (its API family), picks the saved samples for every prompt (index rules),
 and only when every prompt has an answer commits the cursor moves and builds the reply, so
 a failed request never consumes a sample and the match is decided before any byte of a
 stream is sent. It also keeps the counters and the recent misses that the status
@@ -18,13 +18,17 @@ from urllib.parse import quote
 
 import orjson
 
-from ..errors import Ambiguous, NoMatch, NotFound, ReplayError, ReplayServerError, Unusable
+from ..errors import Ambiguous, NoMatch, NotFound, ReplayServerError, Unusable
 from ..index.index import Entry, Exchange, Index, ModelRun, Selection, entry_of
 from ..index.samples import Rules, choose
-from ..paths import CHAT_PATH, RESPONSES_PATH
+from ..paths import RESPONSES_PATH
 from ..saved.record import stream_mismatch
-from ..wire import keys, protocol, replies, streams
+from ..wire import keys
 from ..wire.difference import first_difference, system_variants
+from ..wire.families import family_of
+from ..wire.family import ReplayRequest
+from ..wire.models import models_body
+from ..wire.selection import recorded
 from .stats import Stats
 
 log = logging.getLogger(__name__)
@@ -72,12 +76,12 @@ class Replayer:
     def handle(self, endpoint: str, body: bytes) -> Reply:
         """The reply to one request, or a ReplayServerError (rendered by the caller)."""
         try:
-            request = protocol.parse(endpoint, body)
+            request = family_of(endpoint).parse(body)
             run = self.index.select(request.model)
         except ReplayServerError as error:
             self.count(None, endpoint, error)
             raise
-        if endpoint == RESPONSES_PATH:
+        if request.family.chained:
             self._key_responses(run, request)
         lone = self._lone(run, request)
         if lone is not None:
@@ -97,15 +101,15 @@ class Replayer:
                 self.stats.served(run.name, endpoint, key, selection[0][0].where)
         headers = [(SOURCE_HEADER, _source_header(selections[0][0][0]))]
         if not request.stream:
-            body = replies.encode(selections)
+            body = request.family.reply(selections)
             length = (b"content-length", str(len(body)).encode())
             return Reply(JSON_HEADERS + [length] + headers, body)
         # Every event is known at once: one write of all of them (chunked, no length),
         # rather than one per event, which only costs time.
         return Reply(SSE_HEADERS + headers,
-                     streams.stream(endpoint, selections, request.include_usage))
+                     request.family.stream(selections, request.include_usage))
 
-    def _lone(self, run: ModelRun, request: protocol.ReplayRequest) -> Exchange | None:
+    def _lone(self, run: ModelRun, request: ReplayRequest) -> Exchange | None:
         """The one saved exchange that answers the request whole, when that is all there is
         to it (the usual, greedy case): one prompt, one sample, saved once, no --strict
         and no report to keep; else None (the general path decides)."""
@@ -115,7 +119,7 @@ class Replayer:
         lone = run.entries.get(request.keys[0])
         return lone if isinstance(lone, Exchange) else None
 
-    def _whole(self, run: ModelRun, request: protocol.ReplayRequest, exchange: Exchange
+    def _whole(self, run: ModelRun, request: ReplayRequest, exchange: Exchange
                ) -> Reply:
         """One whole saved exchange answers the request: what `handle` does in general
         (samples.choose would pick it), in fewer steps, as most requests are this."""
@@ -128,8 +132,8 @@ class Replayer:
         if source is None:
             source = _source_header(exchange)
         if request.stream:
-            return Reply([*SSE_HEADERS, (SOURCE_HEADER, source)], streams.stream(
-                request.endpoint, [[(exchange, None)]], request.include_usage))
+            return Reply([*SSE_HEADERS, (SOURCE_HEADER, source)], request.family.stream(
+                [[(exchange, None)]], request.include_usage))
         body = exchange.body
         return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)),
                       (SOURCE_HEADER, source)], body)
@@ -138,7 +142,7 @@ class Replayer:
                       ) -> None:
         """Recorded frames are served only if they aggregate to the saved response (checked
         once per exchange, the first time it is streamed: see records.stream_mismatch)."""
-        exchange = streams.recorded(selections)
+        exchange = recorded(selections)
         if exchange is None or exchange.start in self._frames_ok:
             return
         frames = exchange.frames
@@ -151,11 +155,12 @@ class Replayer:
             raise error
         self._frames_ok.add(exchange.start)
 
-    def _key_responses(self, run: ModelRun, request: protocol.ReplayRequest) -> None:
-        """Key a Responses request; `previous_response_id` by the conversation that the
-        model's saved response of that id holds (`openai_responses.keyed_input`)."""
+    def _key_responses(self, run: ModelRun, request: ReplayRequest) -> None:
+        """Key a request of a chained family (Responses); `previous_response_id` by the
+        conversation that the model's saved response of that id holds
+        (`Family.previous_of`)."""
         previous = None
-        response_id = request.data.get("previous_response_id")
+        response_id = request.family.previous_id(request.data)
         try:
             if response_id is not None:
                 try:
@@ -171,12 +176,12 @@ class Replayer:
                         "the ids the saved run's responses have (served as saved); was the "
                         "earlier turn answered by this server?", param="previous_response_id")
                 previous = orjson.loads(saved.previous)
-            protocol.responses_key(request, previous)
+            request.key(previous)
         except ReplayServerError as error:
             self.count(run.name, request.endpoint, error)
             raise
 
-    def _select(self, run: ModelRun, request: protocol.ReplayRequest, i: int,
+    def _select(self, run: ModelRun, request: ReplayRequest, i: int,
                 prompt: dict[str, Any], moves: list[tuple[Any, int]]
                 ) -> tuple[Entry | Exchange, Selection]:
         key = request.keys[i]
@@ -188,7 +193,7 @@ class Replayer:
             params = request.params() if self.rules.strict else b""
             selection, move = choose(entry, request.n, params, request.data.get("seed"),
                                      self.rules, cursors, (run.name, key))
-        except ReplayError as error:
+        except ReplayServerError as error:  # (BadRequest: --strict's parameters nest too deeply)
             if len(request.prompts) > 1:
                 error.message = f"prompt {i} of {len(request.prompts)}: {error.message}"
             error.detail.setdefault("prompt", key.hex())
@@ -219,7 +224,7 @@ class Replayer:
         if stream:
             self._check_frames(None, RESPONSES_PATH, [[(exchange, None)]])
             return Reply(SSE_HEADERS + headers,
-                         streams.stream(RESPONSES_PATH, [[(exchange, None)]], False))
+                         family_of(RESPONSES_PATH).stream([[(exchange, None)]], False))
         body = exchange.body
         return Reply(JSON_HEADERS + [(b"content-length", str(len(body)).encode())] + headers,
                      body)
@@ -233,11 +238,11 @@ class Replayer:
                 endpoint, error.message.replace("\n", " "),
                 f" [{quoted}]" if quoted else "")
 
-    def _no_match(self, model: str, request: protocol.ReplayRequest,
+    def _no_match(self, model: str, request: ReplayRequest,
                   prompt: dict[str, Any]) -> NoMatch:
         """The miss error: where the nearest saved prompt first differs, said without
         quoting prompt text (the quotes go to the detail: /replay/misses, log, report)."""
-        what = {CHAT_PATH: "messages", RESPONSES_PATH: "input"}.get(request.endpoint, "prompt")
+        what = request.family.prompt_field
         message = f"no saved generation for this prompt (model `{model}`, {request.endpoint})."
         found = self.index.catalog(model, prompt["kind"]).nearest(keys.canonical(prompt))
         detail: dict[str, Any] = {"nearest": None, "difference": None}
@@ -273,7 +278,7 @@ class Replayer:
         return None
 
     def models_body(self) -> bytes:
-        return orjson.dumps(protocol.models_body(sorted(self.index.models), int(self.started)))
+        return orjson.dumps(models_body(sorted(self.index.models), int(self.started)))
 
     def status(self) -> dict[str, Any]:
         outcomes = self.stats.per_model()

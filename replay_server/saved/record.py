@@ -32,9 +32,10 @@ import orjson
 
 from ..errors import LoadError
 from ..paths import CHAT_PATH, COMPLETION_PATH, ENDPOINTS, RESPONSES_PATH
-from ..wire import aggregate
-from ..wire import responses as openai_responses
-from ..wire.keys import is_token_ids, split_prompts
+from ..wire.completions.request import is_token_ids, split_prompts
+from ..wire.families import family_of
+from ..wire.json_types import class_words, type_name
+from ..wire.sse import StreamError
 
 RECORD_VERSION = 1
 MARKER = "replay_record"
@@ -129,22 +130,8 @@ class _Check:
         if value is MISSING:
             raise self.fail(name, "missing")
         if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-            raise self.fail(name, f"expected {_kind_name(kind)}, got {_json_type(value)}")
+            raise self.fail(name, f"expected {class_words(kind)}, got {type_name(value)}")
         return value
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), type(value).__name__
-    )
 
 
 # A saved message with any of these set is an answer (a refusal is one too).
@@ -168,7 +155,7 @@ def _check_message(message: dict[str, Any], check: _Check, at: str) -> None:
         value = message.get(name)
         if value is not None and not isinstance(value, types):
             raise check.fail(f"{at}.message.{name}", f"expected {words}, got "
-                             f"{_json_type(value)}")
+                             f"{type_name(value)}")
     calls = message.get("tool_calls") or []
     if not all(isinstance(c, dict) and isinstance(c.get("function", {}), dict) for c in calls):
         raise check.fail(f"{at}.message.tool_calls", "expected a list of tool-call objects, "
@@ -270,7 +257,7 @@ def validate_precisely(obj: Any, file: str, line: int | None) -> Record:
     """`validate`, field by field: a LoadError names what is wrong with any line."""
     check = _Check(file, line)
     if not isinstance(obj, dict):
-        raise LoadError(file, line, f"expected a JSON object, got {_json_type(obj)}")
+        raise LoadError(file, line, f"expected a JSON object, got {type_name(obj)}")
     version = check.get(obj, MARKER, int)
     if version != RECORD_VERSION:
         raise check.fail(MARKER, f"record format version {version} is not supported "
@@ -311,7 +298,7 @@ def make_record(endpoint: Any, model: Any, request: Any, response: Any, source: 
         return Record(endpoint, model, strip_transport(request), None, source, unusable,
                       origin=file, also=forms, batch=batch)
     if not isinstance(response, dict):
-        raise check.fail("response", f"expected an object or null, got {_json_type(response)}")
+        raise check.fail("response", f"expected an object or null, got {type_name(response)}")
     if endpoint == RESPONSES_PATH:
         reason = _responses_unusable(response, _Check(file, line, "response."))
         frames = _stream(stream, endpoint, response, check)
@@ -381,12 +368,10 @@ def stream_mismatch(endpoint: str, frames: bytes, response: dict[str, Any]) -> s
     aggregate to it exactly, or a streamed replay would send another answer than a plain
     one (a response edited by hand, its frames left as they were)."""
     try:
-        if endpoint == RESPONSES_PATH:
-            got = openai_responses.aggregate(frames).response
-        else:
-            got = normalise_choices(aggregate.whole(frames, endpoint == CHAT_PATH), endpoint,
-                                    _Check("(stream)", None))
-    except (aggregate.StreamError, openai_responses.ResponsesStreamError, LoadError) as e:
+        got = family_of(endpoint).aggregate(frames)
+        if endpoint != RESPONSES_PATH:
+            got = normalise_choices(got, endpoint, _Check("(stream)", None))
+    except (StreamError, LoadError) as e:
         return f"the saved stream cannot be read: {e}"
     if got != response:
         return ("the saved stream does not aggregate to the saved `response`: a streamed "
@@ -417,11 +402,11 @@ def _source(source: Any, file: str, line: int | None, check: _Check) -> dict[str
     that identify an instance must be plain values (they are compared and hashed)."""
     source = source or {}
     if not isinstance(source, dict):
-        raise check.fail("source", f"expected an object, got {_json_type(source)}")
+        raise check.fail("source", f"expected an object, got {type_name(source)}")
     for name in ("file", "line", "instance", "run"):
         if not isinstance(source.get(name), _SCALAR):
             raise check.fail(f"source.{name}", "expected a string, a number or null, got "
-                             f"{_json_type(source[name])}")
+                             f"{type_name(source[name])}")
     return {"file": file, "line": line, **source}
 
 

@@ -7,10 +7,10 @@
   saved as native records; every other path and method (`/v1/models`, embeddings, files,
   `GET /v1/responses/{id}`, a path the upstream does not have, ...) is forwarded untouched
   and not saved: the client gets the upstream's own status and body.
-- A stream passes through chunk by chunk as it arrives, while `aggregate.StreamAggregator`
-  (chat, completions) or `openai_responses.ResponsesStreamAggregator` rebuilds the body the
-  server would have sent unstreamed; the stream's frames are saved too, as sent, so that a
-  replay sends the same deltas in the same order.
+- A stream passes through chunk by chunk as it arrives, while its family's aggregator
+  (`Family.aggregator`) rebuilds the body the server would have sent unstreamed; the
+  stream's frames are saved too, as sent, so that a replay sends the same deltas in the
+  same order.
 - An exchange is appended as whole lines, flushed and fsynced *before* the client sees its
   end (the response body, or a stream's `data: [DONE]`): an exchange a client has seen
   complete survives a SIGKILL, and concurrent exchanges never interleave within a line.
@@ -45,12 +45,12 @@ from starlette.types import Receive, Scope, Send
 
 from .. import __version__, errors
 from ..errors import LoadError
-from ..paths import CHAT_PATH, COMPLETION_PATH, ENDPOINTS, RESPONSES_PATH
+from ..paths import ENDPOINTS
 from ..saved.record import batch_parts, dump_line, make_record, strip_transport
 from ..saved.writer import RecordWriter
-from ..wire.aggregate import StreamAggregator, StreamError
-from ..wire.responses import ResponsesStreamAggregator, ResponsesStreamError
-from ..wire.sse import Frames
+from ..wire.families import family_of
+from ..wire.family import Aggregator
+from ..wire.sse import Frames, StreamError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -76,7 +76,7 @@ def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
     model = request.get("model") or response.get("model")
     source = {"harness": "replay-server record", "upstream": upstream, "run": run,
               "time": round(time.time(), 3)}
-    parts = batch_parts(request, response, uuid.uuid4().hex) if path == COMPLETION_PATH \
+    parts = batch_parts(request, response, uuid.uuid4().hex) if family_of(path).batched \
         else [(request, response, None)]
     lines = []
     for part_request, part_response, batch in parts:
@@ -171,13 +171,12 @@ class Recorder:
         return Response(status_code=499)
 
     async def save_stream(self, path: str, request: dict[str, Any],
-                          aggregator: StreamAggregator | ResponsesStreamAggregator,
-                          frames: Frames) -> bool:
+                          aggregator: Aggregator, frames: Frames) -> bool:
         """Save a finished stream, with its frames as sent; once begun, the save completes
         even if cancelled."""
         try:
             response = aggregator.result()
-        except (StreamError, ResponsesStreamError) as e:
+        except StreamError as e:
             log.warning("stream not recorded (%s): %s", path, e)
             return False
         texts = frames.texts()
@@ -206,9 +205,7 @@ class _Relay(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = asyncio.Event()
         watcher = asyncio.create_task(_watch_disconnect(receive, gone))
-        aggregator: StreamAggregator | ResponsesStreamAggregator = (
-            ResponsesStreamAggregator() if self.path == RESPONSES_PATH
-            else StreamAggregator(self.path == CHAT_PATH))
+        aggregator = family_of(self.path).aggregator()
         frames = Frames()
         saved = broken = False
         try:
@@ -222,7 +219,7 @@ class _Relay(Response):
                             saved = await self.recorder.save_stream(self.path, self.request,
                                                                     aggregator, frames)
                             broken = not saved
-                    except (StreamError, ResponsesStreamError) as e:
+                    except StreamError as e:
                         log.warning("stream not recorded (%s): %s", self.path, e)
                         broken = True
                 if gone.is_set():

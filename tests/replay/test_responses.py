@@ -19,8 +19,9 @@ from replay_server.saved.record import stream_mismatch, validate
 from replay_server.saved.writer import RecordWriter
 from replay_server.settings import Settings
 from replay_server.web.recorder import Recorder, create_record_app
-from replay_server.wire import streams
-from replay_server.wire.responses import aggregate, events_for
+from replay_server.wire.chat.stream_out import STREAM as CHAT_STREAM
+from replay_server.wire.responses.stream_in import aggregate
+from replay_server.wire.responses.stream_out import events_for
 from tests.fakemodel.server import create_app as fake_model
 from tests.support import assert_error, chat_response, running, serving, user, write_jsonl
 
@@ -233,8 +234,8 @@ def test_chat_frames_that_do_not_aggregate_to_the_saved_answer_are_never_streame
         tmp_path: Path) -> None:
     """The same for chat: recorded frames that say something else than the saved answer
     are refused when streamed, never sent."""
-    frames = [f.decode() for f in streams.chunks(CHAT_PATH, chat_response("Hello there."),
-                                                 include_usage=False)]
+    frames = [f.decode() for f in CHAT_STREAM.chunks(chat_response("Hello there."),
+                                                     include_usage=False)]
     edited = {"replay_record": 1, "endpoint": CHAT_PATH, "model": MODEL,
               "request": {"model": MODEL, "messages": user("hi")},
               "response": chat_response("Hello!"), "stream": frames}
@@ -305,11 +306,11 @@ def test_openai_batch_files_of_the_responses_api_are_read(tmp_path: Path) -> Non
 
 
 def test_the_readme_lists_every_responses_field_as_the_code_classifies_it() -> None:
-    from replay_server.wire import keys
-    from replay_server.wire import responses as R
+    from replay_server.paths import RESPONSES_PATH
+    from replay_server.wire.families import fields_table
 
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert R.markdown_table() in readme and keys.markdown_table() in readme
+    assert fields_table(RESPONSES_PATH) in readme
 
 
 def test_convert_and_the_index_file_keep_frames_and_batch_usage(

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 
 from replay_server.index.index import Bodies, Exchange
-from replay_server.wire import streams
-from replay_server.wire.responses import events_for
+from replay_server.wire.families import family_of
+from replay_server.wire.responses.stream_out import events_for
 
 OUT = Path(__file__).resolve().parents[1] / "data" / "golden_streams"
 
@@ -33,4 +33,4 @@ def stream(case: dict[str, Any]) -> bytes:
     selections = [[(exchange(bodies, body, case.get("recorded"),
                              case.get("recorded_usage", False)), choice)
                    for body, choice in prompt] for prompt in case["answers"]]
-    return streams.stream(case["endpoint"], selections, case["include_usage"])
+    return family_of(case["endpoint"]).stream(selections, case["include_usage"])

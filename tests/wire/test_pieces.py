@@ -1,4 +1,4 @@
-"""Texts cut into token-sized pieces (`split_deltas`): the rule is the regex `PIECE`, whitespace
+"""Texts cut into token-sized pieces (`pieces`): the rule is the regex `PIECE`, whitespace
 left at the end joining the last piece; `joined_deltas` marks the same cuts."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay_server.wire.responses import first_piece, joined_deltas, split_deltas
+from replay_server.wire.pieces import first_piece, joined_deltas, split_deltas
 from tests.wire.stream_cases import ATOMS, TEXTS
 
 RULE = re.compile(r"\s*(?:\w{1,16}|[^\w\s])")  # the rule, written out: unicode \s and \w

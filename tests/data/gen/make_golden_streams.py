@@ -10,7 +10,7 @@ streams every case with the live code and compares. Chat, completions and Respon
 from saved bodies (small deltas: unicode, logprobs that spell the text and that do not,
 reasoning, refusals, tool calls, several choices, answers assembled from several samples
 or from a batch) and from recorded frames (sent as recorded, a usage chunk dropped or
-added, frames of other line ends), `include_usage` both ways, and
+added, frames of other line ends, a text holding `[DONE]`), `include_usage` both ways, and
 the bench's realistic answers. Regenerate only for a change meant to change the bytes,
 and say why in the commit.
 """
@@ -192,6 +192,16 @@ def recorded_cases(bodies: dict[str, tuple[str, dict[str, Any]]]) -> list[dict[s
             out.append({"name": f"recorded-{name}-usage-asked-{usage}", "endpoint": CHAT_PATH,
                         "answers": [[[body, None]]], "include_usage": usage,
                         "recorded": recorded, "recorded_usage": True})
+    done = chat(message("Streams end with data: [DONE]. The usage is \"usage\".",
+                        logprobs={"content": [
+                            {"token": t, "logprob": -0.5, "bytes": None, "top_logprobs": []}
+                            for t in ("Streams end with ", "data: [DONE]", ". The usage is ",
+                                      "\"usage\"", ".")]}))
+    done_frames = stream({**plain_with_usage, "answers": [[[done, None]]],
+                          "include_usage": False}).decode()
+    out.append({"name": "recorded-done-in-text-usage-asked-True", "endpoint": CHAT_PATH,
+                "answers": [[[{**done, "usage": None}, None]]], "include_usage": True,
+                "recorded": done_frames, "recorded_usage": False})
     endpoint, body = bodies["responses-reasoning-tools"]
     out.append({"name": "recorded-responses", "endpoint": RESPONSES_PATH,
                 "answers": [[[body, None]]], "include_usage": False,
