@@ -31,9 +31,11 @@ case and anything else inside a text are never touched: exact means exact.
 `KEY_VERSION` is the version of all of it, for every family at once; an index file built
 with another is refused. Any change to how a key is computed that changes the bytes of a
 key is a new version (tests pin some keys' bytes). Version 3: one version for every
-family (Responses prompts carried a version 1 of their own), and a value that is its
-unset value once normalised is unset (a `response_format` of `{"type": "text",
-"json_schema": null}`).
+family (Responses prompts carried a version 1 of their own), chat keys `echo` (vLLM puts
+the last assistant message in front of the answer) and vLLM's other fields that change
+the answer's text (`include_reasoning`, `truncation_side`, `media_io_kwargs`,
+`logits_processors`), and a value that is its unset value once normalised is unset (a
+`response_format` of `{"type": "text", "json_schema": null}`).
 
 This module must never depend on the server, the index or the files: it is the contract,
 tested directly.

@@ -81,7 +81,7 @@ def handle(replayer: Replayer, endpoint: str = CHAT_PATH, **body: Any) -> dict[s
 # A value that is not the field's "unset" value, per JSON type (and per field where needed).
 SAMPLE = {"string": "x", "boolean": True, "number": 0.5, "integer": 3, "object": {"a": 1},
           "array": ["x"]}
-SPECIAL = {"echo": True, "add_generation_prompt": False,
+SPECIAL = {"echo": True, "add_generation_prompt": False, "include_reasoning": False,
            "skip_special_tokens": False, "spaces_between_special_tokens": False,
            "add_special_tokens": True,
            "parallel_tool_calls": False, "tool_choice": "required",
@@ -120,7 +120,7 @@ def test_the_issue_s_fields_are_all_key_fields() -> None:
     assert {"functions", "function_call", "chat_template", "chat_template_kwargs",
             "add_generation_prompt", "continue_final_message", "documents", "guided_choice",
             "guided_json", "guided_regex", "guided_grammar", "structured_outputs",
-            "parallel_tool_calls"} <= chat
+            "parallel_tool_calls", "echo"} <= chat
     assert {"suffix", "echo"} <= set(keyed_fields(COMPLETIONS))
 
 

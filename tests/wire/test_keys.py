@@ -189,7 +189,7 @@ PINNED: dict[str, tuple[str, dict[str, Any], list[str]]] = {  # name -> (endpoin
             "type": "object", "properties": {"b": {"type": "integer"},
                                              "a": {"type": "integer"}}}}}],
         "tool_choice": "auto", "echo": True, "response_format": {"type": "text"}},
-        ["910520d2d8e5344af525be17d593f096"]),
+        ["ac383f4bb3d62e6b1a8688e7668c0e82"]),
     "completion": ("/v1/completions", {"prompt": "Question: 2+2=\nAnswer:", "max_tokens": 5},
                    ["1ac26e41c0f1f5dec2516331aeada8a0"]),
     "completion-token-ids-batch": ("/v1/completions", {
@@ -231,6 +231,7 @@ def test_every_family_keys_with_the_one_version_and_its_own_kind(endpoint: str) 
 def test_a_value_that_normalises_to_its_unset_value_is_unset() -> None:
     assert chat_key(response_format={"type": "text", "json_schema": None}) == BASE
     assert chat_key(logit_bias={"50256": None}) == BASE
+    assert chat_key(echo=True) != BASE and chat_key(echo=False) == BASE
 
 
 # --- the one type check ------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Issue 20, round 3, the wire items: a deeply nested value is a 400 naming its field; the
-usage chunk goes right before the final `data: [DONE]` frame."""
+"""Issue 20, round 3, the wire items: chat `echo` keyed; a deeply nested value is a 400
+naming its field; the usage chunk goes right before the final `data: [DONE]` frame."""
 
 from __future__ import annotations
 
@@ -25,6 +25,29 @@ from tests.support import (
 )
 
 QUESTION = {"role": "user", "content": "What is 2+2?"}
+PREFILL = {"role": "assistant", "content": "The answer is"}
+
+
+def chat_body(**fields: Any) -> bytes:
+    return orjson.dumps({"model": MODEL, "messages": [QUESTION, PREFILL], **fields})
+
+
+def test_chat_echo_is_keyed() -> None:
+    """vLLM prepends the prefilled assistant message with `echo`: the saved answer of an
+    echo request is not the answer of a request without it, and the reverse."""
+    with_echo = chat_record([QUESTION, PREFILL], chat_response("The answer is 4."), echo=True)
+    without = chat_record([QUESTION, PREFILL], chat_response(" 4."), line=2)
+    for saved, asked, other in ((with_echo, True, False), (without, False, True)):
+        replayer = Replayer(build([saved]), Rules())
+        got = orjson.loads(replayer.handle(CHAT_PATH, chat_body(echo=asked)).body)
+        assert got["choices"][0]["message"]["content"] == (
+            "The answer is 4." if asked else " 4.")
+        with pytest.raises(NoMatch):
+            replayer.handle(CHAT_PATH, chat_body(echo=other))
+    replayer = Replayer(build([without]), Rules())
+    assert replayer.handle(CHAT_PATH, chat_body(echo=False)).body  # false is unset
+
+
 def nested(depth: int, leaf: bytes = b"1") -> bytes:
     """A JSON object `depth` deep (orjson parses up to 1024 levels, writes up to 255)."""
     return b'{"a":' * depth + leaf + b"}" * depth

@@ -99,6 +99,8 @@ FIELDS = (
     *shared.SEES,
     field("mm_processor_kwargs", KEY, "object", "vLLM: how images or audio are turned into "
           "prompt tokens", unset=({},), form=verbatim),
+    field("media_io_kwargs", KEY, "object", "vLLM: how images, audio or video are loaded "
+          "for the prompt", unset=({},), form=verbatim),
     field("web_search_options", KEY, "object", "search results are put in front of the "
           "model", form=verbatim),
     field("reasoning_effort", KEY, "string", "rendered into the prompt of reasoning models "
@@ -115,12 +117,18 @@ FIELDS = (
     field("modalities", KEY, "array", "asks for audio as well as text"),
     field("audio", KEY, "object", "the voice and format of an audio answer"),
     # --- what the server returns for the same generation
+    field("echo", KEY, "boolean", "vLLM: the last message, when it is the assistant's, is "
+          "returned in front of the answer", unset=(False,)),
+    field("include_reasoning", KEY, "boolean", "vLLM: whether the reasoning is returned "
+          "(without it, structured outputs constrain the reasoning too)", unset=(True,)),
     *shared.RETURNS,
     # --- how the model samples, and where it stops: compared with --strict
     *shared.SAMPLING,
     field("max_completion_tokens", STRICT, "integer", "where the answer is cut"),
     field("logprobs", STRICT, "boolean", "whether token logprobs are returned"),
     field("top_logprobs", STRICT, "integer", "how many alternatives each logprob lists"),
+    field("return_prompt_text", STRICT, "boolean", "vLLM: the rendered prompt is returned "
+          "too"),
     # --- transport and bookkeeping
     *shared.TRANSPORT,
     field("safety_identifier", IGNORED, "string", "bookkeeping: the end user's id"),

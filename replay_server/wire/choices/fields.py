@@ -26,6 +26,8 @@ def response_format(value: Any) -> Any:
 # --- what the model sees
 SEES = (
     field("truncate_prompt_tokens", KEY, "integer", "vLLM: cuts the prompt the model sees"),
+    field("truncation_side", KEY, "string", "vLLM: which end of the prompt "
+          "`truncate_prompt_tokens` cuts"),
 )
 # --- what the model may emit
 EMITS = (
@@ -51,6 +53,8 @@ EMITS = (
           form=verbatim),
     field("bad_words", KEY, "array", "vLLM: words the model may not emit", unset=([],),
           form=verbatim),
+    field("logits_processors", KEY, "array", "vLLM: custom logits processors change what "
+          "the model may emit", unset=([],), form=verbatim),
 )
 # --- what the server returns for the same generation
 RETURNS = (
@@ -71,18 +75,28 @@ SAMPLING = (
           "that seed, see the samples rules)"),
     field("max_tokens", STRICT, "integer", "where the answer is cut"),
     field("min_tokens", STRICT, "integer", "vLLM: the answer is at least this long"),
+    field("thinking_token_budget", STRICT, "integer", "vLLM: where the reasoning is cut",
+          unset=(-1,)),
     field("stop", STRICT, "string|array", "strings that end the answer", items="string"),
     field("stop_token_ids", STRICT, "array", "vLLM: tokens that end the answer"),
     field("ignore_eos", STRICT, "boolean", "vLLM: keep going past the end-of-text token"),
+    field("repetition_detection", STRICT, "object", "vLLM: the answer ends early where it "
+          "repeats itself"),
     field("presence_penalty", STRICT, "number", "penalises repeated tokens"),
     field("frequency_penalty", STRICT, "number", "penalises frequent tokens"),
     field("repetition_penalty", STRICT, "number", "vLLM: penalises repeated tokens"),
+    field("watermarking", STRICT, "boolean", "vLLM: a watermark biases the sampling"),
     field("length_penalty", STRICT, "number", "vLLM: beam search length penalty"),
     field("use_beam_search", STRICT, "boolean", "vLLM: beam search instead of sampling"),
+    field("best_of", STRICT, "integer", "sample several, return the best n"),
     field("prompt_logprobs", STRICT, "integer", "vLLM: logprobs of the prompt tokens"),
+    field("logprob_token_ids", STRICT, "array", "vLLM: the tokens whose logprobs are "
+          "returned"),
     field("return_tokens_as_token_ids", STRICT, "boolean", "vLLM: how logprob tokens are "
           "named"),
     field("return_token_ids", STRICT, "boolean", "vLLM: token ids in the response"),
+    field("routed_experts_prompt_start", STRICT, "integer", "vLLM: which expert routing "
+          "data the response carries"),
     field("guided_decoding_backend", STRICT, "string", "vLLM: which grammar engine enforces "
           "a guided format"),
     field("vllm_xargs", STRICT, "object", "vLLM: arguments for sampling plugins"),
@@ -93,10 +107,16 @@ TRANSPORT = (
     field("n", IGNORED, "integer", "how many samples: decided by the samples rules"),
     field("stream", IGNORED, "boolean", "transport: the same answer, streamed"),
     field("stream_options", IGNORED, "object", "transport: what a stream carries"),
+    field("stream_interval", IGNORED, "integer", "vLLM: tokens per streamed chunk"),
     field("user", IGNORED, "string", "bookkeeping: the end user's id"),
     field("service_tier", IGNORED, "string", "transport: the provider's queue"),
     field("request_id", IGNORED, "string", "vLLM: a request id for logs"),
+    field("session_id", IGNORED, "string", "vLLM: a session id for routing"),
     field("priority", IGNORED, "integer", "vLLM: scheduling priority"),
     field("cache_salt", IGNORED, "string", "vLLM: prefix-cache isolation"),
     field("kv_transfer_params", IGNORED, "object", "vLLM: disaggregated serving"),
+    field("ec_transfer_params", IGNORED, "object", "vLLM: disaggregated serving"),
+    field("return_token_offsets", IGNORED, "boolean", "vLLM: only the render endpoints "
+          "read it"),
+    field("return_mm_kwargs", IGNORED, "boolean", "vLLM: only the render endpoints read it"),
 )

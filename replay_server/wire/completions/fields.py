@@ -29,7 +29,6 @@ FIELDS = (
     *shared.RETURNS,
     # --- how the model samples, and where it stops: compared with --strict
     *shared.SAMPLING,
-    field("best_of", STRICT, "integer", "sample several, return the best n"),
     field("logprobs", STRICT, "integer", "how many token logprobs are returned"),
     # --- transport and bookkeeping
     *shared.TRANSPORT,
