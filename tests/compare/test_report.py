@@ -1,4 +1,5 @@
-"""`run --report`'s `sources`: which saved instances hold each answered prompt."""
+"""`run --report`'s `sources` (which saved instances hold each answered prompt), and
+compare's reading of the report."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import os
 from pathlib import Path
 
 import orjson
+import pytest
 
+from replay_server.compare.report import read_report
+from replay_server.errors import LoadError
 from replay_server.replay import Replayer
 from replay_server.runner import write_report
 from replay_server.samples import Rules
@@ -40,3 +44,26 @@ def test_a_report_line_names_every_saved_instance_that_holds_its_prompt(tmp_path
     assert shared["attempts"] == 2 and shared["served"] == ["saved.jsonl:1 (t:0)"] * 2
     assert [s["file"] for s in shared["sources"]] == [os.path.abspath("saved.jsonl")] * 2
     assert [s["line"] for s in shared["sources"]] == [1, 2]
+
+
+def test_compare_reads_the_report_by_endpoint_and_prompt(tmp_path: Path) -> None:
+    report = read_report(_report(tmp_path, "2+2?", "3+3?"))
+    assert len(report.lines) == 2
+    [line] = [lines[0] for lines in report.lines.values() if len(lines[0].sources) == 1]
+    assert line.status == "hit" and str(line.sources[0]).endswith("saved.jsonl:3 (t:2)")
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ('{"status": "hit", "endpoint": "/v1/chat/completions", "prompt": "ab", "served": []}',
+     "report.jsonl:1: field `sources`: missing: which saved instances answered"),
+    ('{"status": "maybe", "endpoint": "/v1/chat/completions"}',
+     "report.jsonl:1: field `status`: expected \"hit\" or \"miss\""),
+    ('[1, 2]', "report.jsonl:1: expected a JSON object"),
+    ('{"status": "miss", "endpoint": "/v1/chat', "report.jsonl:1: the last line is cut short"),
+])
+def test_a_bad_report_line_is_named(tmp_path: Path, text: str, error: str) -> None:
+    path = tmp_path / "report.jsonl"
+    path.write_text(text)
+    with pytest.raises(LoadError) as e:
+        read_report(path)
+    assert str(e.value).startswith(str(tmp_path / error))
