@@ -21,6 +21,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -128,7 +129,12 @@ class SavedAs:
 
 def resolved(file: Any) -> str | None:
     """A file name as compared across the two sides and the report: absolute, resolved."""
-    return os.path.realpath(str(file)) if file is not None else None
+    return _realpath(str(file)) if file is not None else None
+
+
+@lru_cache(maxsize=4096)
+def _realpath(file: str) -> str:
+    return os.path.realpath(file)  # a few files, looked up once per saved record
 
 
 @dataclass(slots=True)

@@ -72,3 +72,16 @@ def replayed(original: Path, rescored: Path, report: Path) -> Path:
             pass  # counted by the replay service, as when serving: a miss in the report
     write_report(report, replayer)
     return report
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "compare.md"
+
+
+def docs_block(kind: str, name: str) -> str:
+    """The fenced block after `<!-- KIND: NAME -->` in docs/compare.md: the commands a
+    test runs (`recipe`) or what they print (`output`), as the page shows them."""
+    marker = f"<!-- {kind}: {name} -->\n```"
+    page = DOCS.read_text(encoding="utf-8")
+    assert page.count(marker) == 1, marker
+    block = page.split(marker, 1)[1].split("\n", 1)[1]
+    return block.split("```\n", 1)[0]

@@ -71,6 +71,23 @@ def test_repeats_of_one_saved_instance_are_never_paired_one_to_one(tmp_path: Pat
     assert certify(str(run), str(run)).status == 0  # by identity: doc and repeat
 
 
+def test_two_rescored_instances_answered_from_one_saved_instance_are_not_paired(
+        tmp_path: Path) -> None:
+    """The rescoring asked doc 0's prompt twice (a doc 6 that repeats it): which of the two
+    is doc 0 cannot be told."""
+    original = copied_samples("completions_batch", tmp_path / "a")
+    rescored = rewrite_rows(copied_samples("completions_batch", tmp_path / "b"),
+                            lambda rows: rows + [{**copy.deepcopy(rows[0]), "doc_id": 6}])
+    report = replayed(original, rescored, tmp_path / "report.jsonl")
+    outcome = certify(str(original), str(rescored), report=report, pair_by="report")
+    assert len(outcome.pairing.pairs) == 5
+    found = reasons(outcome.unpaired)
+    assert set(found) == {("original", "0"), ("rescored", "0"), ("rescored", "6")}
+    assert found[("original", "0")] == (
+        "2 rescored instances were answered from its one saved instance (arith_gen 0, "
+        "arith_gen 6): repeats or epochs cannot be paired one to one")
+
+
 def found_reason(unpaired: list[Unpaired], side: str, instance: str) -> str:
     return reasons(unpaired)[(side, instance)]
 
