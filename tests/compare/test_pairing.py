@@ -40,6 +40,17 @@ def test_another_run_of_the_same_task_pairs_through_the_report(tmp_path: Path) -
     assert tool.served is not None and tool.served.endswith("(tool)")
 
 
+def test_by_identity_a_report_says_what_answered_each_flip(tmp_path: Path) -> None:
+    """With a report of the rescoring, each flip names the saved line that answered."""
+    original, rescored = samples("completions_batch"), samples("tokenized_gen")
+    report = replayed(original, original, tmp_path / "report.jsonl")
+    outcome = certify(str(original), str(rescored), report=report)
+    assert outcome.pairing.by == "identity"
+    [row] = outcome.rows
+    assert [f.pair.served for f in row.flips] == [f"{original}:1 (arith_gen:0)",
+                                                   f"{original}:3 (arith_gen:2)"]
+
+
 def test_instances_that_share_a_prompt_are_never_paired_by_it(tmp_path: Path) -> None:
     """Docs 0 and 6 ask the same prompt (and saved the same answer): the report names both
     saved instances, and which rescored doc stands for which cannot be told."""
