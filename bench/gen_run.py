@@ -18,8 +18,8 @@ from pathlib import Path
 
 import orjson
 
-from replay_server import streams
-from replay_server.aggregate import StreamAggregator
+from replay_server.wire import streams
+from replay_server.wire.aggregate import StreamAggregator
 
 MODEL = "bench/model"
 WORDS = ("the of and to in is was that for on with as by at from it an be this are or "

@@ -17,12 +17,12 @@ from typing import Any, NoReturn
 import click
 import orjson
 
-from . import __version__, index_file, summary
-from .convert import convert_paths
+from . import __version__
+from .commands import inspect as inspecting
+from .commands.convert import convert_paths
+from .commands.index import build_index as write_index
 from .errors import LoadError
-from .loader import load, report_lines
-from .records import DEFAULT_MAX_LINE
-from .settings import SETTINGS, Settings, envvar, flag
+from .settings import DEFAULT_MAX_LINE, SETTINGS, Settings, envvar, flag
 
 F = Callable[..., Any]
 
@@ -116,7 +116,7 @@ def serve(paths: tuple[str, ...], **options: Any) -> None:
     --save-details output (needs the `parquet` extra), evalscope work directories; or one
     index file (`replay-server index`). Point any harness at it with OPENAI_BASE_URL=http://HOST:PORT/v1.
     """
-    from . import server
+    from .commands import serve as server
 
     try:
         settings = _settings(options)
@@ -143,14 +143,14 @@ def inspect(paths: tuple[str, ...], skip_bad_lines: bool, as_json: bool,
     1 when --skip-bad-lines skipped some lines, else 0.
     """
     try:
-        report = summary.summary(load(paths, skip_bad_lines=skip_bad_lines,
-                                         max_line=max_line_size, tokenizer=tokenizer))
+        report = inspecting.inspect_paths(paths, skip_bad_lines=skip_bad_lines,
+                                          max_line=max_line_size, tokenizer=tokenizer)
     except LoadError as error:
         _fail(error)
     if as_json:
         click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     else:
-        click.echo("\n".join(summary.render(report)))
+        click.echo("\n".join(inspecting.render(report)))
     sys.exit(1 if report["bad_lines"] else 0)
 
 
@@ -195,11 +195,11 @@ def record(upstream: str, out: Path, host: str, port: int, log_level: str) -> No
     replay-server record, on disk before the client sees the end of the answer; upstream
     errors and broken streams pass through unrecorded. `serve OUT` replays the run.
     """
-    from . import server
+    from .commands import record as recording
 
     _settings({"log_level": log_level})
     try:
-        server.record(upstream, out, host, port, log_level, _say)
+        recording.record(upstream, out, host, port, log_level, _say)
     except (LoadError, OSError) as error:
         _fail(error)
     except KeyboardInterrupt:
@@ -222,15 +222,11 @@ def build_index(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
     and can use several worker processes (--workers) that share the file.
     """
     try:
-        loaded = load(paths, skip_bad_lines=skip_bad_lines, max_line=max_line_size,
-                      tokenizer=tokenizer, compress_catalogs=False)
-        for line in report_lines(loaded):
-            _say(line)
-        prompts = index_file.write(loaded, output)
+        code = write_index(paths, output, skip_bad_lines=skip_bad_lines,
+                           max_line=max_line_size, tokenizer=tokenizer, say=_say)
     except LoadError as error:
         _fail(error)
-    _say(f"wrote {output}: {prompts} prompts")
-    sys.exit(1 if loaded.ctx.bad_lines else 0)
+    sys.exit(code)
 
 
 @main.command("compare")
@@ -319,7 +315,7 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
     command = ctx.meta.get("command") or []
     if not command:
         raise click.UsageError("give the command to run after `--`")
-    from . import runner
+    from .commands import run as runner
 
     try:
         settings = _settings(options)

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .records import DEFAULT_MAX_LINE
-
 ENV_PREFIX = "REPLAY_SERVER_"
+# The longest saved line read by default (--max-line-size): a bigger one is a bad line,
+# named, rather than gigabytes of memory.
+DEFAULT_MAX_LINE = 128 * 1024 * 1024
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
 DEFAULT_READ_TIMEOUT = 60.0
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import httpx
 
-from replay_server.formats import LoadContext
-from replay_server.loader import load, read
-from replay_server.records import Record
+from replay_server.index.loading import load
+from replay_server.saved.formats import LoadContext
+from replay_server.saved.loader import read
+from replay_server.saved.record import Record
 from replay_server.settings import Settings
-
-from .support import assert_error, serving
+from tests.support import assert_error, serving
 
 
 def expected(run: Path, name: str) -> list[dict[str, Any]]:

@@ -21,12 +21,14 @@ import orjson
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from replay_server import indexing, listen
-from replay_server.app import create_app
-from replay_server.index import Index
-from replay_server.records import CHAT_PATH, COMPLETION_PATH, Record, validate
-from replay_server.server import open_run
+from replay_server.commands.serve import open_run
+from replay_server.index import builder as indexing
+from replay_server.index.index import Index
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH
+from replay_server.saved.record import Record, validate
 from replay_server.settings import Settings
+from replay_server.web import listen
+from replay_server.web.app import create_app
 
 MODEL = "test/model"
 ROOT = Path(__file__).parent.parent

@@ -17,8 +17,7 @@ import pytest
 
 from replay_server import errors
 from replay_server.settings import SETTINGS, flag, markdown_table
-
-from .support import CLI, ROOT, Spawned, spawn, wait_for
+from tests.support import CLI, ROOT, Spawned, spawn, wait_for
 
 README = (ROOT / "README.md").read_text()
 

@@ -8,11 +8,11 @@ from importlib import metadata
 from pathlib import Path
 
 import replay_server
-from replay_server.app import create_app
-from replay_server.recorder import Recorder, RecordWriter, create_record_app
+from replay_server.saved.writer import RecordWriter
 from replay_server.settings import Settings
-
-from .support import CLI, ROOT, build
+from replay_server.web.app import create_app
+from replay_server.web.recorder import Recorder, create_record_app
+from tests.support import CLI, ROOT, build
 
 VERSION = replay_server.__version__
 

@@ -9,7 +9,7 @@ import time
 import uuid
 from typing import Any
 
-from .behaviour import (
+from tests.fakemodel.behaviour import (
     SYSTEM_FINGERPRINT,
     TOOL_TRIGGER,
     FakeModel,

@@ -45,8 +45,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .behaviour import FakeModel, canonical, message_text, tokenize
-from .bodies import build_chat
+from tests.fakemodel.behaviour import FakeModel, canonical, message_text, tokenize
+from tests.fakemodel.bodies import build_chat
 
 MAX_MODEL_LEN = 4096
 

@@ -56,9 +56,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .behaviour import FakeModel
-from .bodies import build_chat, build_completion, chat_chunks, completion_chunks
-from .responses_api import routes as responses_routes
+from tests.fakemodel.behaviour import FakeModel
+from tests.fakemodel.bodies import build_chat, build_completion, chat_chunks, completion_chunks
+from tests.fakemodel.responses_api import routes as responses_routes
 
 
 def _error(message: str, status: int = 400, param: str | None = None) -> JSONResponse:

@@ -1,0 +1,39 @@
+"""`replay-server record`: the recording proxy in front of an upstream server, until
+interrupted; then what was recorded."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ..saved.writer import RecordWriter
+from ..settings import Settings
+from ..web.listen import bind, run_uvicorn, sigterm_as_interrupt
+from ..web.recorder import Recorder, create_record_app
+
+
+def record(upstream: str, out: Path, host: str, port: int, log_level: str,
+           say: Callable[[str], None]) -> None:
+    """Run the recording proxy until interrupted (SIGINT or SIGTERM), then say what was
+    recorded."""
+    with sigterm_as_interrupt():
+        _record(upstream, out, host, port, log_level, say)
+
+
+def _record(upstream: str, out: Path, host: str, port: int, log_level: str,
+            say: Callable[[str], None]) -> None:
+
+    writer = RecordWriter(out)
+    if writer.set_aside is not None:
+        say(f"warning: {out} ended with a cut line (a crash?); moved it to {writer.set_aside}")
+    recorder = Recorder(upstream, writer)
+    app = create_record_app(recorder)  # before the ready line, as in _serve
+    sock, base_url = bind(host, port)
+    try:  # a SIGTERM from the ready line on still gets the summary
+        say(f"replay-server record: forwarding to {recorder.upstream}, saving to {out}")
+        say(f"replay-server record: ready on {base_url}")
+        say(f"  export OPENAI_BASE_URL={base_url}")
+        run_uvicorn(app, sock, Settings(log_level=log_level))
+    finally:
+        writer.close()
+        say(recorder.summary())

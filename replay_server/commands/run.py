@@ -1,0 +1,196 @@
+"""`replay-server run`: serve a saved run, run a harness against it, fail on anything but a
+faithful rescoring.
+
+For CI, and for harnesses that swallow HTTP errors (scoring a failed request as an empty
+answer, or retrying): the server runs in this process on a free port, COMMAND runs with
+OPENAI_BASE_URL / OPENAI_API_BASE pointing at it and a dummy OPENAI_API_KEY, and when
+COMMAND ends the report says what was served, what got no saved generation and why
+(distinct requests, with how many attempts each), and which saved generations were never
+asked for.
+
+Exit status, the first that applies:
+- 2: the saved run cannot be loaded (a bad file, FILE:LINE), or a bad option;
+- COMMAND's own, when it fails;
+- MISSED (3): a request got no saved generation: a replay error, or any other error
+  answer to a POST or a /v1 route (a malformed request, an unknown model, a body too
+  large, a wrong API key, an unknown route, an internal error);
+- NO_REQUESTS (5): no request reached the server at all (COMMAND answered from
+  somewhere else: a harness's disk cache, or a base URL it does not take from the
+  environment);
+- UNUSED (4): saved samples were never asked for (unless --allow-unused: a deliberate
+  subset);
+- 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..errors import REPLAY_CODES
+from ..replay.replayer import Replayer
+from ..replay.stats import Failure
+from ..settings import Settings
+from ..web.app import create_app
+from ..web.listen import InThread
+from .serve import open_run
+
+MISSED = 3
+UNUSED = 4
+NO_REQUESTS = 5
+GRACE_S = 10.0
+SHOWN = 20
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate COMMAND and everything it started; kill what outlives the grace period."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(GRACE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+def report(replayer: Replayer) -> list[str]:
+    """What happened, for a human: answers, failures with reasons, unused samples."""
+    stats = replayer.stats
+    lines = ["replay report:", f"  requests: {stats.requests}"]
+    for name, outcome in stats.per_model().items():
+        errors = ", ".join(f"{k}={outcome[k]}" for k in REPLAY_CODES if outcome[k])
+        lines.append(f"  model {name}: {outcome['hits']} prompts answered; "
+                     f"errors: {errors or 'none'}; saved samples never asked for: "
+                     f"{outcome['unused_samples']}")
+        if outcome["unused_samples"]:
+            lines.append(f"    e.g. {', '.join(stats.unused_examples(name))}")
+    if stats.rejected:
+        lines.append("  other error answers: " + ", ".join(
+            f"{code} x{n}" for code, n in sorted(stats.rejected.items())))
+    failures = sorted(stats.failures.values(), key=lambda f: f.first["time"])
+    if failures:
+        lines.append(f"  {len(failures)} distinct request(s) got no saved generation, in "
+                     f"{stats.failed()} attempt(s), by where they first differ:")
+        lines += grouped(failures)
+        lines.append("  each of them, in the order they came:" if len(failures) <= SHOWN
+                     else f"  the first {SHOWN} of them:")
+    for failure in failures[:SHOWN]:
+        miss = failure.first
+        tries = f" ({failure.attempts} attempts)" if failure.attempts > 1 else ""
+        lines.append(f"  - [{miss['code']}] {miss['endpoint']} model={miss['model']}{tries}: "
+                     f"{miss['message']}")
+        if miss.get("difference_quoted"):
+            lines.append(f"      first difference: {miss['difference_quoted']}")
+    if len(failures) > SHOWN:
+        lines.append(f"  ... and {len(failures) - SHOWN} more (GET /replay/misses while "
+                     "serving lists the latest)")
+    return lines
+
+
+def group_of(miss: dict[str, Any]) -> str:
+    """What a failure shares with others of one systematic cause: for a miss, the place
+    and kind of its first difference from the nearest saved prompt; else its code."""
+    if miss["code"] == "replay_no_match":
+        return miss.get("difference_group") or "no saved prompt for this endpoint"
+    return f"[{miss['code']}]"
+
+
+def grouped(failures: list[Failure]) -> list[str]:
+    """The failures counted by group, largest first, each with one example."""
+    groups: dict[str, list[Failure]] = {}
+    for failure in failures:
+        groups.setdefault(group_of(failure.first), []).append(failure)
+    lines = []
+    for group, members in sorted(groups.items(), key=lambda g: -len(g[1]))[:SHOWN]:
+        example = members[0].first
+        near = f" (e.g. nearest {example['nearest']})" if example.get("nearest") else ""
+        lines.append(f"    {len(members)}: {group}{near}")
+    if len(groups) > SHOWN:
+        lines.append(f"    ... and {len(groups) - SHOWN} more groups")
+    return lines
+
+
+def write_report(path: Path, replayer: Replayer) -> int:
+    """The per-request report (`run --report`), one JSON line per distinct request."""
+    lines = replayer.stats.report_lines()
+    with path.open("wb") as f:
+        for line in lines:
+            f.write(orjson.dumps(line) + b"\n")
+    return len(lines)
+
+
+def verdict(replayer: Replayer, allow_unused: bool) -> tuple[int, str]:
+    """The exit status for a COMMAND that succeeded, and why."""
+    stats = replayer.stats
+    if stats.failures:
+        return MISSED, (f"{len(stats.failures)} distinct request(s) got no saved generation "
+                        f"({stats.failed()} attempt(s)): failing")
+    if stats.requests == 0:
+        return NO_REQUESTS, ("no request reached the replay server: COMMAND got its answers "
+                             "somewhere else (a harness's disk cache, such as lighteval's "
+                             ".litellm_cache or dspy's cache, or a base URL it does not take "
+                             "from OPENAI_BASE_URL): failing")
+    unused = sum(stats.unused(m) for m in replayer.index.models)
+    if unused and not allow_unused:
+        return UNUSED, (f"{unused} saved sample(s) were never asked for: the harness asked "
+                        "for less than was saved (fewer docs or repeats, or a harness cache "
+                        "answered part of the run; --allow-unused accepts a deliberate "
+                        "subset): failing")
+    return 0, "every request was answered from the saved run" + (
+        f" ({unused} saved sample(s) never asked for, allowed)" if unused else "")
+
+
+def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequence[str], *,
+                allow_unused: bool, stop_on_miss: bool, say: Callable[[str], None],
+                report_to: Path | None = None) -> int:
+    """Serve `paths`, run `command` against it, report; returns the exit status."""
+    opened = open_run(paths, settings)
+    for line in opened.report:
+        say(line)
+    app = create_app(settings, opened.index)
+    replayer: Replayer = app.state.replayer
+    if report_to is not None:
+        replayer.stats.tracked = {}
+    stopped = threading.Event()
+    with InThread(app, settings) as server:
+        env = {**os.environ, "OPENAI_BASE_URL": server.base_url,
+               "OPENAI_API_BASE": server.base_url,
+               "OPENAI_API_KEY": settings.api_key or "replay-server"}
+        say(f"replay-server run: serving on {server.base_url}; running: {' '.join(command)}")
+        proc = subprocess.Popen(list(command), env=env, start_new_session=True)
+        if stop_on_miss:
+            def on_error(miss: dict[str, Any]) -> None:
+                stopped.set()
+                threading.Thread(target=_stop, args=(proc,), daemon=True).start()
+            replayer.stats.on_error = on_error
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:
+            _stop(proc)
+            raise
+    if code < 0:  # killed by a signal: report it the way a shell does
+        code = 128 - code
+    for line in report(replayer):
+        say(line)
+    if report_to is not None:
+        count = write_report(report_to, replayer)
+        say(f"replay-server run: wrote {count} request(s) to {report_to}")
+    if stopped.is_set():
+        say("replay-server run: stopped COMMAND at the first miss (--stop-on-miss)")
+        return MISSED
+    if code != 0:
+        say(f"replay-server run: COMMAND failed with exit status {code}")
+        return code
+    status, why = verdict(replayer, allow_unused)
+    say(f"replay-server run: {why}")
+    return status

@@ -1,0 +1,125 @@
+"""Serve a loaded index with uvicorn, and tell the user where to point clients."""
+
+from __future__ import annotations
+
+import gc
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..errors import LoadError
+from ..index import file as index_file
+from ..index.index import Index, prompt_of
+from ..index.loading import load, report_lines
+from ..paths import CHAT_PATH, RESPONSES_PATH
+from ..settings import Settings
+from ..web import workers
+from ..web.app import create_app
+from ..web.listen import bind, run_uvicorn, sigterm_as_interrupt
+
+
+@dataclass
+class Opened:
+    """A saved run ready to serve: loaded from its files, or opened from an index file."""
+
+    index: Index
+    report: list[str]
+    examples: list[tuple[str, str, dict[str, Any]]]  # (endpoint, model, keyed prompt)
+
+
+def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
+    indexes = [Path(p) for p in paths if index_file.is_index(Path(p))]
+    if not indexes:
+        loaded = load(paths, skip_bad_lines=settings.skip_bad_lines,
+                      aliases=settings.aliases(), max_line=settings.max_line_size,
+                      tokenizer=settings.tokenizer)
+        examples = [(r.endpoint, r.model, prompt_of(r))
+                    for _, r in sorted(loaded.examples.items())]
+        return Opened(loaded.index, report_lines(loaded), examples)
+    if len(paths) > 1:
+        raise LoadError(str(indexes[0]), None, "an index file is served on its own; build "
+                        "one index from all the saved files with `replay-server index`")
+    index = index_file.StoredIndex(indexes[0], settings.aliases())
+    report = [f"opened index {indexes[0]}: " + ", ".join(
+        f"model {name}: {run.records} exchanges, {len(run.entries)} prompts"
+        for name, run in index.models.items())]
+    report += [f"  warning: {f} changed since the index was built; rebuild it"
+               for f in index.stale_sources()]
+    return Opened(index, report, index.examples())
+
+
+# the snippet's openai-python line: the request body is its argument, as curl's is
+_OPENAI_CHAT = ("import json, sys; from openai import OpenAI; r = OpenAI().chat.completions"
+                ".create(**json.loads(sys.argv[1])); print(r.choices[0].message.content)")
+
+
+def snippet_lines(opened: Opened, base_url: str) -> list[str]:
+    """Ready-to-paste commands that replay one saved prompt."""
+    lines = [f"  export OPENAI_BASE_URL={base_url} OPENAI_API_KEY=replay"]
+    for endpoint, model, prompt in opened.examples:
+        body: dict[str, Any] = {"model": model}
+        if endpoint == CHAT_PATH:
+            body["messages"] = prompt["messages"]
+        elif endpoint == RESPONSES_PATH:
+            body.update((k, _unwrap(v)) for k, v in prompt.items() if k not in ("v", "kind"))
+        else:
+            body["prompt"] = prompt["prompt"]
+        data = orjson.dumps(body).decode()
+        lines.append(f"  curl -s {base_url.removesuffix('/v1')}{endpoint} "
+                     f"-H 'Content-Type: application/json' -d {shlex.quote(data)}")
+        if endpoint == CHAT_PATH:  # one line: pasted with its indent, it still runs
+            lines += ["  # or, with the openai package installed (pip install openai):",
+                      f"  python -c {shlex.quote(_OPENAI_CHAT)} {shlex.quote(data)}"]
+    return lines
+
+
+def _unwrap(value: Any) -> Any:
+    """A keyed value as a request sends it: verbatim values (schemas, instructions) are
+    kept in the key as `{"$verbatim": JSON}`."""
+    if isinstance(value, dict):
+        if value.keys() == {"$verbatim"} and isinstance(value["$verbatim"], str):
+            return orjson.loads(value["$verbatim"])
+        return {k: _unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwrap(v) for v in value]
+    return value
+
+
+def serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str], None]) -> None:
+    """Load, then serve until interrupted (SIGINT or SIGTERM); `say` tells the user what
+    was loaded and, once the socket listens, where to point clients."""
+    with sigterm_as_interrupt():
+        _serve(paths, settings, say)
+
+
+def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str], None]
+           ) -> None:
+    opened = open_run(paths, settings)
+    for line in opened.report:
+        say(line)
+    # Everything is built before the ready line: a SIGTERM right after it then lands in
+    # uvicorn's start, never in building the app (where Python 3.11 turns the interrupt it
+    # raises, if it comes during an eval, into an exit by SIGINT).
+    app = None
+    if settings.workers > 1:
+        workers.check(opened.index, settings)
+    else:
+        app = create_app(settings, opened.index)
+        # The index lives as long as the server: moved out of the garbage collector's
+        # sight, a full collection no longer walks millions of its objects and stalls
+        # requests.
+        gc.collect()
+        gc.freeze()
+    sock, base_url = bind(settings.host, settings.port)
+    say(f"replay-server: ready on {base_url}")
+    for line in snippet_lines(opened, base_url):
+        say(line)
+    if app is None:
+        workers.run(paths, settings, sock)
+        return
+    run_uvicorn(app, sock, settings)
+    say("replay-server: stopped")

@@ -1,0 +1,249 @@
+"""Records in, Index out: the one place saved records become the replay index.
+
+Records are grouped into instances as they arrive (see index.py for the shape). A
+prompt's first record is kept as a bare Exchange; the Entry and Instance wrappers are made
+only when a second record (or an unusable one) comes for the same prompt: building them for
+every record and dropping most at the end would leave the heap full of holes between the
+objects that stay. Each new prompt's canonical JSON also goes to the model's prompt
+catalog, for miss diagnostics.
+
+A Responses API record that continues an earlier response (`previous_response_id`) is
+keyed by the conversation that response holds, so it is added once every record is in
+(in saved order, whatever order the files gave the turns in); one whose earlier response
+was not saved is unusable, and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from ..errors import LoadError
+from ..paths import RESPONSES_PATH
+from ..saved.record import Record
+from ..wire import keys
+from ..wire import responses as openai_responses
+from . import heap
+from .catalog import Catalog, PromptCatalog, SortedCatalog
+from .index import Bodies, Entry, Exchange, Index, ModelRun, SavedResponse, kind_of, prompt_of
+from .samples import settle
+
+
+class Builder:
+
+    def __init__(self) -> None:
+        self._models: dict[str, ModelRun] = {}
+        self._params: dict[bytes, bytes] = {}
+        self._plain_params: dict[tuple[Any, ...], bytes] = {}
+        self._bodies = Bodies()
+        self._prompts: dict[tuple[str, str], list[tuple[bytes, str]]] = {}
+        self._continuing: list[Record] = []
+
+    def add(self, record: Record) -> None:
+        if record.endpoint == RESPONSES_PATH and \
+                record.request.get("previous_response_id") is not None:
+            self._continuing.append(record)  # keyed once the turn it continues is in
+            return
+        self._add(record, None)
+
+    def _add(self, record: Record, prompt: dict[str, Any] | None) -> None:
+        kind = kind_of(record.endpoint)
+        request = record.request
+        try:
+            if prompt is None:  # (a chat record's one prompt, without `prompt_of`'s checks)
+                prompt = keys.chat_prompt(request) if kind == keys.CHAT else prompt_of(record)
+            canonicals = [keys.canonical(prompt)]
+            if record.also:
+                canonicals += [keys.canonical(_keyed(kind, form)) for form in record.also]
+        except (RecursionError, keys.Unkeyable) as e:
+            raise LoadError(record.origin, record.source.get("line"), "the saved request "
+                            f"nests too deeply to be keyed: {e}", field="request") from None
+        run = self._models.get(record.model)
+        if run is None:
+            run = self._models[record.model] = ModelRun(record.model)
+        run.records += 1
+        source = record.source
+        file, line, instance = source.get("file"), source.get("line"), source.get("instance")
+        identity = (record.run, file, instance)
+        response = record.response
+        if record.unusable is not None or response is None:
+            run.unusable_records += 1
+            reason = f"{record.unusable} (saved at {record.where})"
+            for canonical in canonicals:
+                self._place(run, kind, canonical, identity, record.where, unusable=reason)
+            return
+        params = self._sampling_params(request, kind)
+        usage = tuple(record.sample_usage) if record.sample_usage is not None else None
+        start, size = self._bodies.add(orjson.dumps(response))
+        n = len(response.get("choices") or [None])
+        stream = self._stream(record) if record.stream is not None else None
+        exchange = Exchange(self._bodies, start, size, n, file, line, instance, params, usage,
+                            identity[0], stream, record.batch)
+        if kind == openai_responses.RESPONSES:
+            self._register(run, record, prompt, exchange)
+        run.samples += n
+        for canonical in canonicals:  # one exchange under each form of the request
+            self._place(run, kind, canonical, identity, exchange.where, exchange=exchange)
+
+    def _place(self, run: ModelRun, kind: str, canonical: bytes, identity: tuple[Any, ...],
+               where: str, exchange: Exchange | None = None, unusable: str | None = None
+               ) -> None:
+        """Put a saved exchange (or an unusable record) under one key."""
+        key = keys.digest(canonical)
+        current = run.entries.get(key)
+        if current is None:
+            # the catalog keeps an exact-size copy (orjson's result holds spare room)
+            self._prompts.setdefault((run.name, kind), []).append(
+                (memoryview(canonical).tobytes(), where))
+        if exchange is None:
+            group = self._entry(run, key, current).group(identity, where)
+            if group.unusable is None:
+                group.unusable = unusable
+        elif current is None and exchange.n == 1:
+            run.entries[key] = exchange
+        else:
+            self._entry(run, key, current).group(identity, where).exchanges.append(exchange)
+
+    def _sampling_params(self, request: dict[str, Any], kind: str) -> bytes:
+        """What `--strict` compares of a saved request (`keys.sampling_params`, canonical
+        JSON), one bytes object for all the requests that set the same values: computed
+        once for each set of plain values (most records of a run share theirs; a run
+        whose records all differ, by a seed say, remembers only its first sets)."""
+        if kind == openai_responses.RESPONSES:
+            params = keys.canonical(openai_responses.sampling_params(request))
+            return self._params.setdefault(params, params)
+        # with each value's type: 1, 1.0 and true are equal in Python, not in JSON
+        prompt = _PROMPT[kind]
+        plain = (kind, *[(k, type(v), v) for k, v in request.items() if k != prompt])
+        try:
+            found, hashable = self._plain_params.get(plain), True
+        except TypeError:  # a list or object value: not remembered
+            found, hashable = None, False
+        if found is not None:
+            return found
+        params = keys.canonical(keys.sampling_params(request, kind))
+        params = self._params.setdefault(params, params)
+        if hashable and len(self._plain_params) < _REMEMBERED and all(
+                t in _PLAIN for _, t, _ in plain[1:]):
+            self._plain_params[plain] = params
+        return params
+
+    def _stream(self, record: Record) -> tuple[int, int, bool] | None:
+        if record.stream is None:
+            return None
+        start, size = self._bodies.add("".join(record.stream).encode())
+        return start, size, record.endpoint != RESPONSES_PATH and _carries_usage(record.stream)
+
+    @staticmethod
+    def _register(run: ModelRun, record: Record, prompt: dict[str, Any],
+                  exchange: Exchange) -> None:
+        """Make a saved Responses answer findable by its id, as the server that sent it
+        kept it (unless the request said `store: false`)."""
+        assert record.response is not None
+        response_id = record.response.get("id")
+        if not isinstance(response_id, str) or record.request.get("store") is False:
+            return
+        previous = keys.canonical(openai_responses.previous_of(prompt, record.response))
+        if response_id not in run.responses:
+            run.responses[response_id] = SavedResponse(previous, exchange)
+            return
+        saved = run.responses[response_id]
+        if saved is not None and saved.previous != previous:
+            run.responses[response_id] = None  # two conversations under one id: ambiguous
+
+    def _add_continuing(self) -> None:
+        """The records that continue an earlier response, in saved order, each keyed once
+        the response it continues is in (a chain is resolved turn by turn)."""
+        pending, self._continuing = self._continuing, []
+        while pending:
+            left = []
+            for record in pending:
+                run = self._models.get(record.model)
+                saved = run.responses.get(record.request["previous_response_id"]) \
+                    if run is not None else None
+                if saved is None:
+                    left.append(record)
+                    continue
+                self._add(record, openai_responses.keyed_input(
+                    record.request, orjson.loads(saved.previous)))
+            if len(left) == len(pending):
+                break
+            pending = left
+        for record in pending:
+            response_id = record.request["previous_response_id"]
+            run = self._models.get(record.model)
+            shared = run is not None and response_id in run.responses
+            record.unusable = f"continues response {response_id!r}, " + (
+                "whose id two different saved conversations share" if shared else
+                "which was not saved (or was saved with `store: false`)")
+            self._add(record, openai_responses.keyed_input(
+                record.request, {"unresolved": response_id}))
+
+    @staticmethod
+    def _entry(run: ModelRun, key: bytes, current: Entry | Exchange | None) -> Entry:
+        """The Entry for a prompt, made from its lone Exchange (or from nothing) if need be."""
+        if isinstance(current, Entry):
+            return current
+        entry = Entry(groups={})
+        if current is not None:
+            identity = (current.run, current.file, current.instance)
+            entry.group(identity, current.where).exchanges.append(current)
+        run.entries[key] = entry
+        return entry
+
+    def build(self, aliases: dict[str, str] | None = None, compress: bool = True) -> Index:
+        """The index of every record added. Its prompt catalogs are compressed (a server
+        holds them) unless `compress` is false (`replay-server index` writes them out at
+        once: nearest.SortedCatalog)."""
+        self._add_continuing()
+        catalog = Catalog.build if compress else SortedCatalog
+        catalogs: dict[tuple[str, str], PromptCatalog] = {
+            place: catalog(saved) for place, saved in self._prompts.items()}
+        self._prompts = {}
+        # The uncompressed prompts were freed between objects that stay: their memory goes
+        # back to the system.
+        heap.trim()
+        self._bodies.freeze()
+        for run in self._models.values():
+            for key, value in run.entries.items():
+                if isinstance(value, Entry):
+                    run.entries[key] = settle(value)
+        return Index(self._models, aliases, catalogs)
+
+
+# The prompt of a chat or completions request: never a sampling parameter (it is keyed),
+# and a request's only list-valued field, usually.
+_PROMPT = {keys.CHAT: "messages", keys.COMPLETION: "prompt"}
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+_REMEMBERED = 4096
+
+
+def _carries_usage(frames: list[str]) -> bool:
+    """Whether a chat or completions stream carried a usage chunk (the client asked for
+    `stream_options.include_usage`)."""
+    for frame in reversed(frames):
+        for line in frame.splitlines():
+            if line.startswith("data:") and '"usage"' in line:
+                try:
+                    chunk = orjson.loads(line[5:].strip())
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(chunk, dict) and chunk.get("usage") is not None:
+                    return True
+    return False
+
+
+def _keyed(kind: str, request: dict[str, Any]) -> dict[str, Any]:
+    """The keyed prompt of another form of a saved request (`Record.also`)."""
+    found = keys.prompts(kind, request)
+    assert found is not None and len(found) == 1  # records.make_record checked it
+    return found[0]
+
+
+def build(records: Iterable[Record], aliases: dict[str, str] | None = None) -> Index:
+    builder = Builder()
+    for record in records:
+        builder.add(record)
+    return builder.build(aliases)

@@ -1,0 +1,12 @@
+"""The HTTP paths of the API families replay-server answers, in one place.
+
+Every stage names an endpoint by its path (a saved record's `endpoint`, the key's kind,
+the route that answers it), so the paths live here, importing nothing.
+"""
+
+CHAT_PATH = "/v1/chat/completions"
+COMPLETION_PATH = "/v1/completions"
+RESPONSES_PATH = "/v1/responses"
+
+ENDPOINTS = (CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH)
+"""The replay endpoints: their answers are saved generations."""

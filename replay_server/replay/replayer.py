@@ -1,0 +1,288 @@
+"""The replay service: one request body in, one reply out. No HTTP framework in here.
+
+It parses the request (protocol), picks the saved samples for every prompt (index rules),
+and only when every prompt has an answer commits the cursor moves and builds the reply, so
+a failed request never consumes a sample and the match is decided before any byte of a
+stream is sent. It also keeps the counters and the recent misses that the status
+endpoints report, and logs every replay error once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import ChainMap
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+from ..errors import Ambiguous, NoMatch, NotFound, ReplayError, ReplayServerError, Unusable
+from ..index.index import Entry, Exchange, Index, ModelRun, Selection, entry_of
+from ..index.samples import Rules, choose
+from ..paths import CHAT_PATH, RESPONSES_PATH
+from ..saved.record import stream_mismatch
+from ..wire import keys, protocol, replies, streams
+from ..wire.difference import first_difference, system_variants
+from .stats import Stats
+
+log = logging.getLogger(__name__)
+
+SOURCE_HEADER = b"x-replay-source"
+JSON_HEADERS = [(b"content-type", b"application/json")]
+_JSON_TYPE = JSON_HEADERS[0]
+SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+@dataclass(slots=True)
+class Reply:
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+def _source_header(exchange: Exchange) -> bytes:
+    """The `x-replay-source` value of an exchange, made once."""
+    value = exchange.source_header
+    if value is None:
+        value = exchange.source_header = _header_value(exchange.where)
+    return value
+
+
+def _header_value(where: str) -> bytes:
+    if where.isascii() and where.isprintable():
+        return where.encode("ascii")
+    return quote(where, safe="/:._-() ").encode("ascii")
+
+
+class Replayer:
+    def __init__(self, index: Index, rules: Rules) -> None:
+        self.index = index
+        self.rules = rules
+        self.cursors: dict[Any, int] = {}
+        self._frames_ok: set[int] = set()  # exchanges whose recorded frames were checked
+        self.stats = Stats(index)
+        self.started = time.time()
+
+    def reset(self) -> None:
+        """Forget every cursor and counter, as if the server had just started."""
+        self.cursors.clear()
+        self.stats.reset()
+
+    def handle(self, endpoint: str, body: bytes) -> Reply:
+        """The reply to one request, or a ReplayServerError (rendered by the caller)."""
+        try:
+            request = protocol.parse(endpoint, body)
+            run = self.index.select(request.model)
+        except ReplayServerError as error:
+            self.count(None, endpoint, error)
+            raise
+        if endpoint == RESPONSES_PATH:
+            self._key_responses(run, request)
+        lone = self._lone(run, request)
+        if lone is not None:
+            return self._whole(run, request, lone)
+        moves: list[tuple[Any, int]] = []
+        chosen = [self._select(run, request, i, prompt, moves)
+                  for i, prompt in enumerate(request.prompts)]
+        for cursor_key, value in moves:
+            self.cursors[cursor_key] = value
+        selections = [selection for _, selection in chosen]
+        if request.stream:
+            self._check_frames(run.name, endpoint, selections)
+        for entry, selection in chosen:
+            self.stats.hit(run.name, entry, selection)
+        if self.stats.tracked is not None:
+            for key, (_, selection) in zip(request.keys, chosen, strict=True):
+                self.stats.served(run.name, endpoint, key, selection[0][0].where)
+        headers = [(SOURCE_HEADER, _source_header(selections[0][0][0]))]
+        if not request.stream:
+            body = replies.encode(selections)
+            length = (b"content-length", str(len(body)).encode())
+            return Reply(JSON_HEADERS + [length] + headers, body)
+        # Every event is known at once: one write of all of them (chunked, no length),
+        # rather than one per event, which only costs time.
+        return Reply(SSE_HEADERS + headers,
+                     streams.stream(endpoint, selections, request.include_usage))
+
+    def _lone(self, run: ModelRun, request: protocol.ReplayRequest) -> Exchange | None:
+        """The one saved exchange that answers the request whole, when that is all there is
+        to it (the usual, greedy case): one prompt, one sample, saved once, no --strict
+        and no report to keep; else None (the general path decides)."""
+        if len(request.keys) != 1 or request.n != 1 or self.rules.strict \
+                or self.stats.tracked is not None:
+            return None
+        lone = run.entries.get(request.keys[0])
+        return lone if isinstance(lone, Exchange) else None
+
+    def _whole(self, run: ModelRun, request: protocol.ReplayRequest, exchange: Exchange
+               ) -> Reply:
+        """One whole saved exchange answers the request: what `handle` does in general
+        (samples.choose would pick it), in fewer steps, as most requests are this."""
+        if request.stream and exchange.stream is not None:
+            self._check_frames(run.name, request.endpoint, [[(exchange, None)]])
+        stats = self.stats
+        stats.counts[run.name]["hits"] += 1
+        stats.use(run.name, exchange, None)
+        source = exchange.source_header
+        if source is None:
+            source = _source_header(exchange)
+        if request.stream:
+            return Reply([*SSE_HEADERS, (SOURCE_HEADER, source)], streams.stream(
+                request.endpoint, [[(exchange, None)]], request.include_usage))
+        body = exchange.body
+        return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)),
+                      (SOURCE_HEADER, source)], body)
+
+    def _check_frames(self, model: str | None, endpoint: str, selections: list[Selection]
+                      ) -> None:
+        """Recorded frames are served only if they aggregate to the saved response (checked
+        once per exchange, the first time it is streamed: see records.stream_mismatch)."""
+        exchange = streams.recorded(selections)
+        if exchange is None or exchange.start in self._frames_ok:
+            return
+        frames = exchange.frames
+        assert frames is not None
+        why = stream_mismatch(endpoint, frames, orjson.loads(exchange.body))
+        if why is not None:
+            error = Unusable(f"this prompt was saved, but its saved stream cannot be replayed: "
+                             f"{why} (saved at {exchange.where})")
+            self.count(model, endpoint, error)
+            raise error
+        self._frames_ok.add(exchange.start)
+
+    def _key_responses(self, run: ModelRun, request: protocol.ReplayRequest) -> None:
+        """Key a Responses request; `previous_response_id` by the conversation that the
+        model's saved response of that id holds (`openai_responses.keyed_input`)."""
+        previous = None
+        response_id = request.data.get("previous_response_id")
+        try:
+            if response_id is not None:
+                try:
+                    saved = self.index.saved_response(run.name, response_id)
+                except ValueError as e:
+                    raise Ambiguous(f"`previous_response_id`: {e}; which conversation it "
+                                    "continues cannot be told", param="previous_response_id"
+                                    ) from None
+                if saved is None:
+                    raise NoMatch(
+                        f"`previous_response_id` {response_id!r} names no saved response of "
+                        f"model `{run.name}`: a conversation chained by id replays only from "
+                        "the ids the saved run's responses have (served as saved); was the "
+                        "earlier turn answered by this server?", param="previous_response_id")
+                previous = orjson.loads(saved.previous)
+            protocol.responses_key(request, previous)
+        except ReplayServerError as error:
+            self.count(run.name, request.endpoint, error)
+            raise
+
+    def _select(self, run: ModelRun, request: protocol.ReplayRequest, i: int,
+                prompt: dict[str, Any], moves: list[tuple[Any, int]]
+                ) -> tuple[Entry | Exchange, Selection]:
+        key = request.keys[i]
+        try:
+            entry = run.entries.get(key)
+            if entry is None:
+                raise self._no_match(run.name, request, prompt)
+            cursors = ChainMap(dict(moves), self.cursors) if moves else self.cursors
+            params = request.params() if self.rules.strict else b""
+            selection, move = choose(entry, request.n, params, request.data.get("seed"),
+                                     self.rules, cursors, (run.name, key))
+        except ReplayError as error:
+            if len(request.prompts) > 1:
+                error.message = f"prompt {i} of {len(request.prompts)}: {error.message}"
+            error.detail.setdefault("prompt", key.hex())
+            self.count(run.name, request.endpoint, error)
+            raise
+        if move is not None:
+            moves.append(move)
+        return entry, selection
+
+    def retrieve(self, response_id: str, stream: bool) -> Reply:
+        """GET /v1/responses/{id}: a saved Responses answer by its id (as the server that
+        sent it kept it), its body, or streamed as it was; 404 like vLLM for any other."""
+        found = []
+        for model in self.index.response_models(response_id):
+            try:
+                saved = self.index.saved_response(model, response_id)
+            except ValueError as e:
+                raise Ambiguous(str(e), param="response_id") from None
+            if saved is not None:
+                found.append(saved.exchange)
+        if not found:
+            raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+        if len({e.body for e in found}) > 1:
+            raise Ambiguous(f"several saved models answered with the response id "
+                            f"{response_id!r}", param="response_id")
+        exchange = found[0]
+        headers = [(SOURCE_HEADER, _header_value(exchange.where))]
+        if stream:
+            self._check_frames(None, RESPONSES_PATH, [[(exchange, None)]])
+            return Reply(SSE_HEADERS + headers,
+                         streams.stream(RESPONSES_PATH, [[(exchange, None)]], False))
+        body = exchange.body
+        return Reply(JSON_HEADERS + [(b"content-length", str(len(body)).encode())] + headers,
+                     body)
+
+    def count(self, model: str | None, endpoint: str, error: ReplayServerError) -> None:
+        """Count and log, once, a request that gets no saved generation."""
+        self.stats.error(model, endpoint, error, **error.detail)
+        level = logging.INFO if error.status == 400 else logging.WARNING
+        quoted = error.detail.get("difference_quoted")
+        log.log(level, "replay error %s model=%s %s: %s%s", error.code or error.status, model,
+                endpoint, error.message.replace("\n", " "),
+                f" [{quoted}]" if quoted else "")
+
+    def _no_match(self, model: str, request: protocol.ReplayRequest,
+                  prompt: dict[str, Any]) -> NoMatch:
+        """The miss error: where the nearest saved prompt first differs, said without
+        quoting prompt text (the quotes go to the detail: /replay/misses, log, report)."""
+        what = {CHAT_PATH: "messages", RESPONSES_PATH: "input"}.get(request.endpoint, "prompt")
+        message = f"no saved generation for this prompt (model `{model}`, {request.endpoint})."
+        found = self.index.catalog(model, prompt["kind"]).nearest(keys.canonical(prompt))
+        detail: dict[str, Any] = {"nearest": None, "difference": None}
+        if found is None:
+            message += f" Model `{model}` has no saved prompt for this endpoint."
+        else:
+            saved, where = self._same_doc(model, prompt, found[0]) or found
+            difference = first_difference(prompt, saved)
+            detail = {"nearest": where, "difference": difference.describe(),
+                      "difference_quoted": difference.describe(quote=True),
+                      "difference_group": difference.group(),
+                      "first_difference": difference.to_json()}
+            message += f" Nearest saved prompt: {where}; first difference: " \
+                       f"{difference.describe()}."
+        message += (" Check that the harness, task, prompt template and chat template match "
+                    "the saved run; `replay-server inspect` lists what is saved.")
+        error = NoMatch(message, param=what)
+        error.detail = detail
+        return error
+
+    def _same_doc(self, model: str, asked: dict[str, Any], near: dict[str, Any]
+                  ) -> tuple[dict[str, Any], str] | None:
+        """The saved prompt that is the request but for its leading system message (added,
+        left out or reworded: the commonest template drift), when there is one. The nearest
+        prompt by prefix is then another document that happens to share the system text;
+        this one is the same document, so the miss says what really differs."""
+        for variant in system_variants(asked, near):
+            value = self.index.select(model).entries.get(keys.key_of(variant))
+            if value is not None:
+                entry = entry_of(value)
+                instance = (entry.instances or entry.unusable)[0]
+                return variant, instance.where
+        return None
+
+    def models_body(self) -> bytes:
+        return orjson.dumps(protocol.models_body(sorted(self.index.models), int(self.started)))
+
+    def status(self) -> dict[str, Any]:
+        outcomes = self.stats.per_model()
+        models = {name: {"records": run.records, "prompts": len(run.entries),
+                         "samples": run.samples, "unusable_records": run.unusable_records,
+                         **outcomes[name]}
+                  for name, run in self.index.models.items()}
+        totals = {k: sum(m[k] for m in models.values())
+                  for k in next(iter(models.values()), {})}
+        return {"key_version": keys.KEY_VERSION, "uptime_s": round(time.time() - self.started, 3),
+                "models": models, "totals": totals, "rejected": dict(self.stats.rejected),
+                "aliases": self.index.aliases}

@@ -1,0 +1,175 @@
+"""What the replay server counts: answers, every request it could not answer, and saved
+samples never used.
+
+Some harnesses swallow HTTP errors (they score a failed request as an empty answer, or
+retry), so every error is also kept here for `/replay/status`, `/replay/misses` and the
+report of `replay-server run`, and can trigger a hook (`run --stop-on-miss`). An error is
+counted per model under its replay code when the request named a served model; every
+other error on the API (a malformed request, an unknown model, a body too large, an
+internal error, an unknown /v1 route) is counted as *rejected*, by HTTP status. Failures
+are also grouped by what was asked, so that a harness's retries count as attempts of one
+failure, not as several.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import REPLAY_CODES, ReplayServerError
+from ..index.index import Entry, Exchange, Index, Selection, entry_of
+
+# The outcomes counted per model, in the order reports show them.
+OUTCOMES = ("hits", *REPLAY_CODES)
+
+
+@dataclass
+class Failure:
+    """One distinct request that got no saved generation, and how often it was sent."""
+
+    first: dict[str, Any]
+    attempts: int = 1
+    last_time: float = field(default=0.0)
+
+
+class Stats:
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self.counts: dict[str, Counter[str]] = {name: Counter() for name in index.models}
+        self.rejected: Counter[str] = Counter()
+        self.misses: deque[dict[str, Any]] = deque(maxlen=100)
+        self.failures: dict[tuple[Any, ...], Failure] = {}
+        self.requests = 0
+        # Per distinct prompt, what was served (only when asked for: `run --report`).
+        self.tracked: dict[tuple[str, str, str], dict[str, Any]] | None = None
+        # Used choices by exchange; `Exchange.start` identifies an exchange (its offset in
+        # the run's body buffer, kept as is in an index file).
+        # Used choices by exchange, as a bit mask (choice i is bit i); `Exchange.start`
+        # identifies an exchange.
+        self.used: dict[int, int] = {}
+        self.used_samples: Counter[str] = Counter()
+        self.on_error: Callable[[dict[str, Any]], None] | None = None
+
+    def reset(self) -> None:
+        for counter in self.counts.values():
+            counter.clear()
+        self.rejected.clear()
+        self.misses.clear()
+        self.failures.clear()
+        self.requests = 0
+        if self.tracked is not None:
+            self.tracked.clear()
+        self.used.clear()
+        self.used_samples.clear()
+
+    def hit(self, model: str, entry: Entry | Exchange, selection: Selection) -> None:
+        self.counts[model]["hits"] += 1
+        picks: Selection = selection
+        if isinstance(entry, Entry) and entry.uniform:
+            # every sample is the same generation: all of them are used
+            picks = [(e, None) for i in entry.instances for e in i.exchanges]
+        for exchange, choice in picks:
+            self.use(model, exchange, choice)
+
+    def use(self, model: str, exchange: Exchange, choice: int | None) -> None:
+        """Mark one saved sample (or a whole exchange: choice None) as asked for."""
+        before = self.used.get(exchange.start, 0)
+        mask = before | ((1 << exchange.n) - 1 if choice is None else 1 << choice)
+        if mask != before:
+            self.used[exchange.start] = mask
+            self.used_samples[model] += mask.bit_count() - before.bit_count()
+
+    def served(self, model: str, endpoint: str, key: bytes, where: str) -> None:
+        """One prompt answered (tracked only when a report was asked for)."""
+        if self.tracked is None:
+            return
+        line = self.tracked.get((model, endpoint, key.hex()))
+        if line is None:
+            line = self.tracked[(model, endpoint, key.hex())] = {
+                "model": model, "endpoint": endpoint, "prompt": key.hex(), "attempts": 0,
+                "served": [], "sources": self.sources(model, key)}
+        line["attempts"] += 1
+        if len(line["served"]) < 100:
+            line["served"].append(where)
+
+    def sources(self, model: str, key: bytes) -> list[dict[str, Any]]:
+        """Every usable saved instance that holds this prompt, as its records named it
+        (`file` made absolute, `line`, `instance`): the one that answered is among them.
+        `compare` pairs a rescored instance with the saved instance that answered it, and
+        refuses to guess when several share the prompt."""
+        value = self.index.models[model].entries.get(key)
+        if value is None:
+            return []
+        found = []
+        for instance in entry_of(value).instances:
+            first = instance.exchanges[0]
+            file = os.path.abspath(str(first.file)) if first.file is not None else None
+            found.append({"file": file, "line": first.line, "instance": first.instance})
+        return found
+
+    def report_lines(self) -> list[dict[str, Any]]:
+        """One line per distinct request: answered (and from which saved records), or
+        not (the error, the nearest saved prompt and the structured first difference)."""
+        lines = {k: {**v, "status": "hit", "served": list(v["served"])}
+                 for k, v in (self.tracked or {}).items()}
+        for (model, endpoint, code, what), failure in self.failures.items():
+            miss = failure.first
+            key = (str(model), endpoint, str(miss.get("prompt") or what))
+            line = lines.setdefault(key, {"model": model, "endpoint": endpoint,
+                                          "prompt": miss.get("prompt"), "attempts": 0,
+                                          "served": []})
+            line.update(status="miss", code=code, message=miss["message"],
+                        nearest=miss.get("nearest"),
+                        first_difference=miss.get("first_difference"))
+            line["attempts"] += failure.attempts
+        return list(lines.values())
+
+    def error(self, model: str | None, endpoint: str, error: ReplayServerError,
+              **detail: Any) -> None:
+        """A request the server could not answer from the saved run."""
+        code = str(error.code if error.code is not None else error.status)
+        if model is not None and model in self.counts and code in OUTCOMES:
+            self.counts[model][code] += 1
+        else:
+            self.rejected[code] += 1
+        now = round(time.time(), 3)
+        miss = {"time": now, "model": model, "endpoint": endpoint, "status": error.status,
+                "code": code, "message": error.message, **detail}
+        self.misses.append(miss)
+        what = (model, endpoint, code, detail.get("prompt") or error.message)
+        failure = self.failures.get(what)
+        if failure is None:
+            self.failures[what] = Failure(miss, 1, now)
+        else:
+            failure.attempts += 1
+            failure.last_time = now
+        if self.on_error is not None:
+            self.on_error(miss)
+
+    def failed(self) -> int:
+        """Requests that got no saved generation, retries included."""
+        return sum(f.attempts for f in self.failures.values())
+
+    def unused(self, model: str) -> int:
+        return self.index.models[model].samples - self.used_samples[model]
+
+    def unused_examples(self, model: str, limit: int = 5) -> list[str]:
+        """Where some saved samples that no request used came from."""
+        found: list[str] = []
+        for value in self.index.models[model].entries.values():
+            for instance in entry_of(value).instances:
+                for exchange in instance.exchanges:
+                    if self.used.get(exchange.start, 0).bit_count() < exchange.n:
+                        found.append(exchange.where)
+                        if len(found) >= limit:
+                            return found
+        return found
+
+    def per_model(self) -> dict[str, dict[str, int]]:
+        return {name: {**{k: self.counts[name][k] for k in OUTCOMES},
+                       "unused_samples": self.unused(name)}
+                for name in self.index.models}

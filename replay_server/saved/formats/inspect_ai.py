@@ -1,0 +1,334 @@
+"""Reader for inspect_ai eval logs: `.eval` (a zip of JSON members) and `.json`.
+
+Every model call event of every sample is one record, keyed on the request that was sent:
+`call.request` with the messages (or a Responses API call's `input` items) put back from
+the sample's call pool (`events_data.calls` via `call_refs`, the condensed form),
+`attachment://` references resolved, `extra_body` merged and `extra_headers` dropped (the
+openai SDK sends it that way), and fields that were not given (saved as null) left out.
+The answer is `call.response` (the openai SDK's `model_dump()` of the response: the raw
+body plus a few SDK-only null fields, dropped here for chat; for a streamed call, the SDK's
+aggregate), else, for chat, one rebuilt from the event's `output`.
+
+Calls of the `openai/` provider through the Responses API (its default for some models,
+`-M responses_api=true` for any) are `/v1/responses` records: the request's `input`, the
+SDK's dump of the `Response` (every field the SDK knows, null where the server sent none;
+`created_at` an integer again, as servers send it).
+
+Not served (each counted): calls whose `call` was not logged (inspect keeps the first 5
+per model per sample unless `--log-model-api`; its wire conversion of `input` is
+provider-specific, so it is not rebuilt), cache reads, pending calls, calls of failed
+sample attempts, requests whose media inspect did not log, and calls in another API's
+shape (Anthropic, Google...). A failed call is saved as unusable.
+
+The instance is the sample id: its epochs are the k samples of one instance, in epoch order.
+`.eval` members are read one sample at a time (`eval_zip`). A `.json` log is read whole.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ...errors import LoadError
+from ...paths import CHAT_PATH, RESPONSES_PATH
+from ..record import Record, make_record
+from .base import LoadContext, synthetic_id, text_response
+from .eval_zip import eval_samples
+
+HARNESS = "inspect_ai"
+MEDIA_REMOVED = "<base64-data-removed>"
+# Arguments of the openai SDK's create() that never reach the JSON body as such.
+SDK_ONLY = ("extra_headers", "extra_query", "extra_body", "timeout")
+NOT_LOGGED = ("model call not saved: call.request missing (inspect logs the first 5 calls "
+              "per model per sample unless run with --log-model-api)")
+
+
+class InspectAIReader:
+    name = "inspect_ai"
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        if path.suffix == ".eval":
+            return head.startswith(b"PK\x03\x04")
+        if path.suffix != ".json":
+            return False
+        if head.strip() == b"{":  # a pretty-printed log: look a little further
+            with path.open("rb") as f:
+                head = f.read(4096)
+        return head.lstrip().startswith(b"{") and b'"eval_id"' in head and b'"run_id"' in head
+
+    def read(self, files: list[Path], ctx: LoadContext) -> Iterator[Record]:
+        for path in files:
+            file = str(path)
+            samples = eval_samples(path, ctx) if path.suffix == ".eval" else _json_samples(
+                path, ctx)
+            for sample in samples:
+                yield from _sample_records(sample, file, ctx)
+
+
+def _json_samples(path: Path, ctx: LoadContext) -> Iterator[dict[str, Any]]:
+    file = str(path)
+    data = path.read_bytes()
+    ctx.progress(len(data))
+    try:
+        log = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        ctx.bad(LoadError(file, None, f"not valid JSON: {e}"))
+        return
+    samples = log.get("samples") if isinstance(log, dict) else None
+    if not isinstance(samples, list) or not all(isinstance(s, dict) for s in samples):
+        if samples is not None:
+            ctx.bad(LoadError(file, None, "expected a list of sample objects", field="samples"))
+        return
+    yield from sorted(samples, key=lambda s: s.get("epoch") or 0)
+
+
+def _model_events(events: Any) -> Iterator[dict[str, Any]]:
+    """Model events in order, including those nested in older logs' subtask/tool events."""
+    for event in events if isinstance(events, list) else []:
+        if isinstance(event, dict):
+            if event.get("event") == "model":
+                yield event
+            yield from _model_events(event.get("events"))
+
+
+def _sample_records(sample: dict[str, Any], file: str, ctx: LoadContext) -> Iterator[Record]:
+    sample_id, epoch = sample.get("id"), sample.get("epoch")
+    events_data = sample.get("events_data")
+    pool = events_data.get("calls") if isinstance(events_data, dict) else None
+    pool = pool if isinstance(pool, list) else []
+    attachments = sample.get("attachments")
+    attachments = attachments if isinstance(attachments, dict) else {}
+    for retry in sample.get("error_retries") or []:
+        for _ in _model_events(retry.get("events") if isinstance(retry, dict) else None):
+            ctx.skip("model call of a failed sample attempt (error_retries)",
+                     f"{file} (sample {sample_id!r}, epoch {epoch})")
+    for n, event in enumerate(_model_events(sample.get("events"))):
+        place = f"sample {sample_id!r}, epoch {epoch}, model call {n}"
+        source = {"harness": HARNESS, "instance": str(sample_id), "epoch": epoch,
+                  "event": event.get("uuid")}
+        try:
+            record = _record(event, pool, attachments, source, file, f"{file} ({place})", ctx)
+        except LoadError as error:
+            ctx.bad(LoadError(file, None, f"{place}: {error.reason}", field=error.field))
+            continue
+        if record is not None:
+            yield record
+
+
+def _record(event: dict[str, Any], pool: list[Any], attachments: dict[str, str],
+            source: dict[str, Any], file: str, where: str, ctx: LoadContext) -> Record | None:
+    call = event.get("call")
+    if event.get("pending"):
+        ctx.skip("model call still pending (the log was written mid-run)", where)
+        return None
+    if not isinstance(call, dict) or not isinstance(call.get("request"), dict):
+        cached = event.get("cache") == "read"
+        ctx.skip("answered from inspect's cache (no request was sent)" if cached
+                 else NOT_LOGGED, where)
+        return None
+    request, reason = _wire_request(call, pool, attachments, file)
+    saved = _resolve(call.get("response"), attachments)
+    unusable = _failure(event, call, saved)
+    responses_api = "messages" not in request and "input" in request
+    answer = "output" if responses_api else "choices"
+    if unusable is None and isinstance(saved, dict) and not isinstance(saved.get(answer), list):
+        reason = reason or ("not an OpenAI Responses API call (the response has no output)"
+                            if responses_api else
+                            "not an OpenAI chat-completions call (the response has no choices)")
+    if reason is not None:
+        ctx.skip(reason, where)
+        return None
+    response = None
+    if responses_api:
+        if unusable is None and not isinstance(saved, dict):
+            unusable = "the Responses API call saved no response"
+        response = _raw_responses(saved) if unusable is None else None
+        return make_record(RESPONSES_PATH, request.get("model") or event.get("model"),
+                           request, response, source, file, None, unusable=unusable)
+    if unusable is None:
+        streamed = call["request"].get("stream") is True
+        response = _raw(saved, streamed) if isinstance(saved, dict) else _from_output(
+            _resolve(event.get("output"), attachments), f"{where}:{event.get('uuid')}")
+        if response is None:
+            unusable = "the model call saved neither a response nor an output"
+    model = request.get("model") or event.get("model")
+    return make_record(CHAT_PATH, model, request, response, source, file, None,
+                       unusable=unusable)
+
+
+def _wire_request(call: dict[str, Any], pool: list[Any], attachments: dict[str, str],
+                  file: str) -> tuple[dict[str, Any], str | None]:
+    """The JSON body the openai SDK sent for `call.request`, or why there is none."""
+    request = dict(call["request"])
+    refs = call.get("call_refs")
+    if refs is not None:
+        request[call.get("call_key") or "messages"] = _expand(refs, pool, file)
+    if not isinstance(request.get("messages"), list) and not isinstance(
+            request.get("input"), str | list):
+        return request, "not an OpenAI chat-completions or Responses API call (the request " \
+                        "has no messages and no input)"
+    request = _resolve(request, attachments)
+    if _mentions(request, MEDIA_REMOVED):
+        return request, "request had image or audio data that inspect does not log"
+    extra = request.get("extra_body")
+    body = {k: v for k, v in request.items() if k not in SDK_ONLY and v is not None}
+    if isinstance(extra, dict):
+        body.update(extra)
+    return body, None
+
+
+def _expand(refs: Any, pool: list[Any], file: str) -> list[Any]:
+    """Messages from range refs `[[start, end_exclusive], ...]` into the call pool."""
+    messages: list[Any] = []
+    for ref in refs if isinstance(refs, list) else [None]:
+        start, end = ref if isinstance(ref, list) and len(ref) == 2 else (None, None)
+        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= len(pool)):
+            raise LoadError(file, None, f"{ref!r} is not a range of the {len(pool)} saved "
+                            "call messages (events_data.calls)", field="call.call_refs")
+        messages.extend(pool[start:end])
+    return messages
+
+
+def _resolve(value: Any, attachments: dict[str, str]) -> Any:
+    """`value` with every `attachment://<hash>` string replaced by the attachment."""
+    if not attachments:
+        return value
+    if isinstance(value, str):
+        for prefix in ("attachment://", "tc://"):
+            if value.startswith(prefix):
+                return attachments.get(value[len(prefix):], value)
+        return value
+    if isinstance(value, dict):
+        return {k: _resolve(v, attachments) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v, attachments) for v in value]
+    return value
+
+
+def _mentions(value: Any, text: str) -> bool:
+    if isinstance(value, str):
+        return value == text
+    if isinstance(value, dict):
+        return any(_mentions(v, text) for v in value.values())
+    if isinstance(value, list):
+        return any(_mentions(v, text) for v in value)
+    return False
+
+
+def _failure(event: dict[str, Any], call: dict[str, Any], saved: Any) -> str | None:
+    if not event.get("error") and not call.get("error"):
+        return None
+    detail = event.get("error")
+    if not detail and isinstance(saved, dict):
+        error = saved.get("error")
+        detail = error.get("message") if isinstance(error, dict) else error
+    first = (str(detail or "").strip() or "an error response").splitlines()[0][:300]
+    return f"the saved model call failed: {first}"
+
+
+def _raw(response: dict[str, Any], streamed: bool) -> dict[str, Any]:
+    """`call.response` without what only the openai SDK adds: null `metadata`,
+    `moderation`, `parsed`, `parsed_arguments`, and a stream's tool-call `index`."""
+    body = {k: v for k, v in response.items()
+            if not (k in ("metadata", "moderation") and v is None)}
+    body["choices"] = [_raw_choice(c, streamed) if isinstance(c, dict) else c
+                       for c in body["choices"]]
+    return body
+
+
+def _raw_responses(response: dict[str, Any]) -> dict[str, Any]:
+    """`call.response` of a Responses API call: the SDK's dump keeps every field it knows
+    (null where the server sent none, left as they are: clients read them the same), and
+    holds `created_at` as a float, which servers send as an integer."""
+    body = dict(response)
+    for name in ("created_at", "completed_at"):
+        value = body.get(name)
+        if isinstance(value, float) and value.is_integer():
+            body[name] = int(value)
+    return body
+
+
+def _raw_choice(choice: dict[str, Any], streamed: bool) -> dict[str, Any]:
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        return choice
+    message = {k: v for k, v in message.items() if not (k == "parsed" and v is None)}
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        message["tool_calls"] = [_raw_tool_call(c, streamed) if isinstance(c, dict) else c
+                                 for c in calls]
+    return {**choice, "message": message}
+
+
+def _raw_tool_call(call: dict[str, Any], streamed: bool) -> dict[str, Any]:
+    call = {k: v for k, v in call.items() if not (streamed and k == "index")}
+    function = call.get("function")
+    if isinstance(function, dict):
+        call["function"] = {k: v for k, v in function.items()
+                            if not (k == "parsed_arguments" and v is None)}
+    return call
+
+
+def _from_output(output: Any, seed: str) -> dict[str, Any] | None:
+    """A chat.completion body rebuilt from inspect's ModelOutput (no raw response saved)."""
+    if not isinstance(output, dict) or not isinstance(output.get("choices"), list):
+        return None
+    choices = [c for c in output["choices"] if isinstance(c, dict)]
+    if not choices:
+        return None
+    parts = [_output_message(c) for c in choices]
+    return text_response(
+        CHAT_PATH, [p[0] for p in parts],
+        [FINISH.get(str(c.get("stop_reason"))) for c in choices],
+        _output_usage(output.get("usage")),
+        id=output.get("response_id") or synthetic_id("inspect", seed),
+        model=output.get("model"), reasonings=[p[1] for p in parts],
+        tool_calls=[p[2] for p in parts])
+
+
+FINISH = {"stop": "stop", "tool_calls": "tool_calls", "content_filter": "content_filter",
+          "max_tokens": "length", "model_length": "length"}
+
+
+def _output_message(choice: dict[str, Any]) -> tuple[Any, str | None, list[Any] | None]:
+    """(content, reasoning, tool calls) of a ModelOutput choice, in the OpenAI shape."""
+    saved: dict[str, Any] = choice["message"] if isinstance(choice.get("message"), dict) else {}
+    content = saved.get("content")
+    reasoning = None
+    if isinstance(content, list):
+        parts = [p for p in content if isinstance(p, dict)]
+        texts = [p.get("text") for p in parts if p.get("type") == "text"]
+        thoughts = [p.get("reasoning") for p in parts
+                    if p.get("type") == "reasoning" and not p.get("redacted")]
+        content = "\n".join(t for t in texts if isinstance(t, str))
+        if thoughts:
+            reasoning = "\n".join(t for t in thoughts if isinstance(t, str))
+    calls = saved.get("tool_calls")
+    tool_calls = None
+    if isinstance(calls, list) and calls:
+        # inspect keeps the parsed arguments only: they are serialised again here.
+        tool_calls = [
+            {"id": c.get("id"), "type": "function",
+             "function": {"name": c.get("function"), "arguments": json.dumps(c.get("arguments"))}}
+            for c in calls if isinstance(c, dict)]
+    return content, reasoning, tool_calls
+
+
+def _output_usage(usage: Any) -> dict[str, Any] | None:
+    if not isinstance(usage, dict):
+        return None
+    counts = [usage.get(k) for k in ("input_tokens", "output_tokens", "total_tokens")]
+    prompt, completion, total = (c if isinstance(c, int) else -1 for c in counts)
+    if min(prompt, completion, total) < 0:
+        return None
+    cached = sum(usage.get(k) or 0 for k in ("input_tokens_cache_read",
+                                              "input_tokens_cache_write"))
+    out: dict[str, Any] = {"prompt_tokens": prompt + cached, "completion_tokens": completion,
+                           "total_tokens": total}
+    if isinstance(usage.get("reasoning_tokens"), int):
+        out["completion_tokens_details"] = {"reasoning_tokens": usage["reasoning_tokens"]}
+    return out

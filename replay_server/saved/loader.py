@@ -1,0 +1,166 @@
+"""Paths on the command line -> native records -> an index, with progress and a report.
+
+Records come through whichever reader claims each file.
+
+Each command-line argument is one group: a directory is walked recursively (hidden files
+skipped, symlinks followed once, loops cut) in sorted order, so that saved order is stable;
+all file arguments together form one group. Readers see the files they claimed in a group
+together, so that formats split over several files (a Batch input and its output) join.
+Saved files are only ever opened for reading.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from ..errors import LoadError
+from ..settings import DEFAULT_MAX_LINE
+from .formats import READERS, LoadContext, Reader
+from .jsonl import LineTooLong
+from .record import Record
+
+
+@dataclass
+class Plan:
+    """Which reader reads which files, group by group, before anything is read."""
+
+    groups: list[list[tuple[Reader, list[Path]]]] = field(default_factory=list)
+    ignored: list[Path] = field(default_factory=list)
+    total_bytes: int = 0
+    max_line: int = DEFAULT_MAX_LINE
+    seen: set[Path] = field(default_factory=set)
+
+    @property
+    def files(self) -> list[tuple[str, Path]]:
+        return [(r.name, p) for g in self.groups for r, ps in g for p in ps]
+
+    def refuse_output(self, out: Path) -> None:
+        """Raise LoadError if writing `out` would replace one of the saved files."""
+        target = out.resolve()
+        if any(p.resolve() == target for _, p in self.files):
+            raise LoadError(str(out), None, "is one of the inputs: write to another file "
+                            "(saved files are only ever read)")
+
+
+def _head(path: Path, max_line: int) -> bytes:
+    """The first non-blank line of a file, whole (up to the line cap: readers detect their
+    format by parsing it, so detection must not depend on the line's length)."""
+    try:
+        with path.open("rb") as f:
+            for _ in range(100):
+                line = f.readline(max_line + 1)
+                if len(line) > max_line and not line.endswith(b"\n"):
+                    return LineTooLong(line[:200])
+                if line.strip() or not line:
+                    return line
+            return b""
+    except OSError as e:
+        raise LoadError(str(path), None, f"cannot read: {e.strerror or e}") from None
+
+
+def _claim(path: Path, max_line: int) -> Reader | None:
+    head = _head(path, max_line)
+    if isinstance(head, LineTooLong):
+        raise LoadError(str(path), 1, f"the first line is longer than {max_line} bytes (the "
+                        "cap, --max-line-size); raise the cap if it is meant to be this long")
+    return next((r for r in READERS if r.detect(path, head)), None)
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=_raise_walk):
+        st = os.stat(dirpath)
+        if (st.st_dev, st.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            # a dangling symlink is yielded too, so that it is named, not silently passed by
+            if not name.startswith(".") and (path.is_file() or path.is_symlink()):
+                yield path
+
+
+def _raise_walk(error: OSError) -> None:
+    raise LoadError(str(error.filename), None, f"cannot read: {error.strerror or error}")
+
+
+def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
+           ctx: LoadContext | None) -> list[tuple[Reader, list[Path]]]:
+    by_reader: dict[str, tuple[Reader, list[Path]]] = {}
+    for path in paths:
+        resolved = path.resolve()
+        if resolved in plan.seen:
+            continue  # the same file twice would be the same run twice
+        plan.seen.add(resolved)
+        try:
+            reader = _claim(path, plan.max_line)
+        except LoadError as error:
+            if ctx is None:
+                raise
+            ctx.bad(error)  # an unreadable file: stop, or note it when skipping
+            continue
+        if reader is None:
+            if explicit:
+                raise LoadError(str(path), None, "not a saved-run format replay-server reads "
+                                "(see `replay-server serve --help` for the formats)")
+            plan.ignored.append(path)
+            continue
+        by_reader.setdefault(reader.name, (reader, []))[1].append(path)
+        plan.total_bytes += path.stat().st_size
+    return list(by_reader.values())
+
+
+def plan(paths: Sequence[str | Path], ctx: LoadContext | None = None) -> Plan:
+    """Find and claim every file, raising LoadError for a path that holds nothing to serve
+    (or, with a context that skips bad lines, for nothing worse than unreadable files)."""
+    result = Plan(max_line=ctx.max_line if ctx is not None else DEFAULT_MAX_LINE)
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise LoadError(str(path), None, "no such file or directory")
+        if path.is_dir():
+            group = _group(list(_walk(path)), result, explicit=False, ctx=ctx)
+            if not group:
+                raise LoadError(str(path), None, "no saved generations found in this directory")
+            result.groups.append(group)
+        else:
+            files.append(path)
+    if files:
+        result.groups.append(_group(files, result, explicit=True, ctx=ctx))
+    return result
+
+
+def read(planned: Plan, ctx: LoadContext) -> Iterator[Record]:
+    """Every record of every group, in saved order."""
+    for group in planned.groups:
+        for reader, files in group:
+            yield from reader.read(files, ctx)
+
+
+def progress_bar(total: int, what: str, enabled: bool) -> tqdm[Any]:
+    """A byte progress bar on stderr, shown only on a terminal and after half a second."""
+    return tqdm(total=total, unit="B", unit_scale=True, desc=what, delay=0.5, leave=False,
+                disable=not (enabled and sys.stderr.isatty()))
+
+
+def context(*, skip_bad_lines: bool = False, max_line: int = DEFAULT_MAX_LINE,
+            tokenizer: str | None = None) -> LoadContext:
+    """How files are read, with the tokenizer loaded (a LoadError names a bad one)."""
+    ctx = LoadContext(skip_bad_lines=skip_bad_lines, max_line=max_line)
+    if tokenizer:
+        from . import tokens
+        try:
+            ctx.tokenizer = tokens.load_tokenizer(tokenizer)
+        except (tokens.TokenizerError, OSError, ValueError) as e:
+            raise LoadError(str(tokenizer), None, f"--tokenizer: {e}") from None
+    return ctx

@@ -1,0 +1,308 @@
+"""create_app(settings, index) -> FastAPI. Nothing stateful at import.
+
+The three replay endpoints (chat, completions, responses) are the hot path. They are plain
+ASGI apps (`ReplayEndpoint`) that `ReplayApp` calls first, ahead of FastAPI's middleware,
+routing, dependency and response machinery, which costs several times the replay work
+itself; under uvicorn, `listen.SlowClientProtocol` answers them straight from the HTTP
+parser, without the ASGI cycle (the ASGI path stays whole: any other server, and every
+request the protocol does not take, goes through it). They are also mounted as routes
+(so a GET on them is a 405, not a 404) and documented in the OpenAPI schema. Everything
+else is ordinary FastAPI, in `routes.py`. Every error, whichever layer raises it, leaves
+as the OpenAI envelope with `x-should-retry: false`, and every error sent for a POST or a
+/v1 route is counted (`Stats`), so that `run` fails on it even when the harness swallows
+it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
+
+from .. import __version__, errors
+from ..errors import BadRequest, PayloadTooLarge, ReplayServerError, Unauthorized
+from ..index.index import Index
+from ..index.samples import Rules
+from ..paths import ENDPOINTS
+from ..replay.replayer import Replayer
+from ..settings import Settings
+from ..wire import protocol
+from .routes import router
+
+log = logging.getLogger(__name__)
+
+
+async def send_error(send: Send, error: ReplayServerError) -> None:
+    status, headers, body = errors.render(error)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
+"""What an endpoint answers: status, headers and body (uvicorn adds `date` and `server`)."""
+
+
+def internal_error(exc: BaseException) -> ReplayServerError:
+    log.exception("internal error", exc_info=exc)
+    return ReplayServerError(f"internal error in replay-server: {type(exc).__name__}; "
+                             "see the server log. Please report it.")
+
+
+class ReplayEndpoint:
+    """POST /v1/chat/completions, /v1/completions or /v1/responses.
+
+    The replay work is synchronous, in two steps that both ways of serving share: `start`
+    (the headers in: the request counted, and the answer if they alone decide it) and
+    `finish` (the whole body in, the answer out). `__call__` runs them as a plain ASGI app
+    (`ReplayApp` calls it first; any ASGI server can serve it); `listen.SlowClientProtocol`
+    runs them straight from uvicorn's HTTP parser."""
+
+    def __init__(self, replayer: Replayer, endpoint: str, max_body: int,
+                 api_key: bytes | None = None) -> None:
+        self.replayer = replayer
+        self.endpoint = endpoint
+        self.max_body = max_body
+        self.api_key = api_key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        answer = self.start(scope["headers"])
+        if answer is None:
+            try:
+                # a client too slow to send it is cut off by listen.SlowClientProtocol
+                message: Message = await receive()
+                if message["type"] != "http.request" or message.get("more_body", False):
+                    body = await self._rest(receive, message)
+                    if body is None:
+                        return
+                else:  # the whole body in one message, as usual
+                    body = message.get("body", b"")
+            except ReplayServerError as error:  # the body is too large
+                answer = self.failed(error)
+            except Exception as exc:
+                answer = self.failed(internal_error(exc))
+            else:
+                answer = self.finish(body)
+        status, headers, body = answer
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def start(self, headers: list[tuple[bytes, bytes]]) -> Answer | None:
+        """Count the request; its answer if the headers decide it (a missing or wrong API
+        key, a Content-Length over --max-body-size), else None: `finish` the body."""
+        self.replayer.stats.requests += 1
+        if self.api_key is not None and not authorized(headers, self.api_key):
+            return self.failed(unauthorized())
+        try:
+            self._check_length(headers)
+        except PayloadTooLarge as error:
+            return self.failed(error)
+        except ReplayServerError as error:
+            return errors.render(error)
+        return None
+
+    def finish(self, body: bytes) -> Answer:
+        """The answer to a whole request body: the reply, or the error (counted)."""
+        if len(body) > self.max_body:
+            return self.failed(self.too_large(len(body)))
+        try:
+            reply = self.replayer.handle(self.endpoint, body)
+        except ReplayServerError as error:  # handle() counts the errors it raises
+            return errors.render(error)
+        except Exception as exc:
+            return self.failed(internal_error(exc))
+        return 200, reply.headers, reply.body
+
+    def failed(self, error: ReplayServerError) -> Answer:
+        """An error that `handle` did not count, counted and rendered."""
+        self.replayer.count(None, self.endpoint, error)
+        return errors.render(error)
+
+    def _check_length(self, headers: list[tuple[bytes, bytes]]) -> None:
+        for name, value in headers:
+            if name == b"content-length":
+                try:
+                    size = int(value)
+                except ValueError:
+                    raise BadRequest("the Content-Length header is not a number") from None
+                if size > self.max_body:
+                    raise self.too_large(size)
+
+    async def _rest(self, receive: Receive, message: Message) -> bytes | None:
+        """The body that begins with `message`, received whole; None if the client left."""
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > self.max_body:
+                raise self.too_large(total)
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
+            message = await receive()
+
+    def too_large(self, size: int) -> PayloadTooLarge:
+        return PayloadTooLarge(f"the request body has {size} bytes or more; this server "
+                               f"accepts at most {self.max_body} (--max-body-size)")
+
+
+def unauthorized() -> Unauthorized:
+    return Unauthorized(
+        "missing or wrong API key: send the header `Authorization: Bearer KEY` with "
+        "the key this server was started with (--api-key or REPLAY_SERVER_API_KEY)")
+
+
+def authorized(headers: list[tuple[bytes, bytes]], api_key: bytes) -> bool:
+    """Whether the first Authorization header is `Bearer KEY`."""
+    for name, value in headers:
+        if name == b"authorization":
+            return hmac.compare_digest(value, b"Bearer " + api_key)
+    return False
+
+
+def _counted(scope: Scope) -> bool:
+    """Whether an answer to this request says something about the replay: any POST, and
+    anything on /v1 but the model list."""
+    path: str = scope["path"]
+    return bool(scope["method"] == "POST" or (path.startswith("/v1/") and path != "/v1/models"))
+
+
+class ReplayApp(FastAPI):
+    """A FastAPI app that sends POSTs to the replay endpoints straight to them, ahead of
+    its middleware, routing and response machinery; with an API key, it (or the endpoint)
+    turns away every request but `GET /health` that does not carry
+    `Authorization: Bearer KEY`."""
+
+    fast_paths: dict[str, ReplayEndpoint]
+    replayer: Replayer
+    api_key: bytes | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        if scope["method"] == "POST":
+            endpoint = self.fast_paths.get(scope["path"])
+            if endpoint is not None:  # it checks the API key itself
+                await endpoint(scope, receive, send)
+                return
+        if self.api_key is not None and scope["path"] != "/health" \
+                and not authorized(scope["headers"], self.api_key):
+            error = unauthorized()
+            if _counted(scope):
+                self.replayer.stats.requests += 1
+                self.replayer.count(None, scope["path"], error)
+            await send_error(send, error)
+            return
+        if not _counted(scope):
+            await super().__call__(scope, receive, send)
+            return
+        self.replayer.stats.requests += scope["method"] == "POST"
+        await super().__call__(scope, receive, self._counting(scope, send))
+
+    def _counting(self, scope: Scope, send: Send) -> Send:
+        """`send`, counting an error answer to a request on the API (an unknown /v1 route,
+        a wrong method): a harness that swallows it would otherwise pass."""
+
+        async def counting(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                error = ReplayServerError(f"HTTP {message['status']} for {scope['method']} "
+                                          f"{scope['path']}")
+                error.status = message["status"]
+                self.replayer.count(None, scope["path"], error)
+            await send(message)
+
+        return counting
+
+
+def _error_response(error: ReplayServerError) -> Response:
+    status, headers, body = errors.render(error)
+    return Response(body, status_code=status,
+                    headers={k.decode(): v.decode() for k, v in headers
+                             if k != b"content-length"})
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kinds: dict[int, type[ReplayServerError]] = {
+        404: errors.NotFound, 405: errors.MethodNotAllowed, 413: errors.PayloadTooLarge,
+        401: errors.Unauthorized,
+    }
+    kind = kinds.get(exc.status_code, BadRequest)
+    detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    message = f"{detail}: {request.method} {request.url.path}"
+    if exc.status_code == 404:
+        message += (" (this server answers /v1/chat/completions, /v1/completions, "
+                    "/v1/responses, /v1/models)")
+    return _error_response(kind(message))
+
+
+async def _replay_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ReplayServerError)
+    return _error_response(exc)
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {}
+    param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+    return _error_response(BadRequest(f"{param}: {first.get('msg', 'invalid')}", param=param))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    return _error_response(internal_error(exc))
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        for path in ENDPOINTS:
+            schema["paths"][path] = {"post": {
+                "summary": f"Replay a saved answer ({path})",
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": protocol.SCHEMAS[path]}}},
+                "responses": {
+                    "200": {"description": "The saved response, as the original server sent it"},
+                    "400": {"description": "Malformed request, or a replay error (no match, "
+                                           "ambiguous, n mismatch, exhausted, unusable, "
+                                           "params mismatch): the OpenAI error envelope, "
+                                           "`error.code` says which"},
+                    "404": {"description": "Unknown model"},
+                    "413": {"description": "Request body too large"},
+                }}}
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+def create_app(settings: Settings, index: Index) -> FastAPI:
+    """The whole server for one loaded index."""
+    replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous))
+    app = ReplayApp(title="replay-server", version=__version__,
+                    description="Replays saved LLM generations over the OpenAI API.")
+    app.state.replayer = replayer
+    app.state.settings = settings
+    api_key = settings.api_key.encode() if settings.api_key else None
+    endpoints = {path: ReplayEndpoint(replayer, path, settings.max_body_size, api_key)
+                 for path in ENDPOINTS}
+    for path, endpoint in endpoints.items():
+        app.router.routes.append(Route(path, endpoint, methods=["POST"]))
+    app.include_router(router)
+    app.fast_paths = endpoints
+    app.replayer = replayer
+    app.api_key = api_key
+    app.add_exception_handler(HTTPException, _http_exception)
+    app.add_exception_handler(ReplayServerError, _replay_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _unexpected)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app

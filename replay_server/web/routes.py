@@ -1,0 +1,68 @@
+"""The thin endpoints beside the replay hot path: health, models, saved responses by id,
+status, reset.
+
+Each one asks the Replayer and returns; no logic lives here.
+"""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from ..errors import BadRequest
+from ..replay.replayer import Replayer
+
+router = APIRouter()
+
+
+def _replayer(request: Request) -> Replayer:
+    replayer: Replayer = request.app.state.replayer
+    return replayer
+
+
+def _json(body: bytes) -> Response:
+    return Response(body, media_type="application/json")
+
+
+@router.get("/health", summary="Liveness: 200 with an empty body once the index is loaded")
+async def health() -> Response:
+    return Response(status_code=200)
+
+
+@router.get("/v1/models", summary="The saved models this server answers for (vLLM's shape)")
+async def models(request: Request) -> Response:
+    return _json(_replayer(request).models_body())
+
+
+@router.get("/v1/responses/{response_id}",
+            summary="A saved Responses API answer by its id (stream=true: as it was streamed)")
+async def retrieve_response(request: Request, response_id: str, stream: bool = False
+                            ) -> Response:
+    reply = _replayer(request).retrieve(response_id, stream)
+    return Response(reply.body, headers={k.decode(): v.decode() for k, v in reply.headers
+                                         if k != b"content-length"})
+
+
+@router.post("/v1/responses/{response_id}/cancel",
+             summary="Cancel: a replayed answer is never in progress (400, like vLLM)")
+async def cancel_response(request: Request, response_id: str) -> Response:
+    raise BadRequest("Cannot cancel a synchronous response.", param="response_id")
+
+
+@router.get("/replay/status",
+            summary="Per model: records loaded, answers, each replay error, unused samples")
+async def status(request: Request) -> Response:
+    return _json(orjson.dumps(_replayer(request).status()))
+
+
+@router.get("/replay/misses", summary="Recent requests that got no saved generation, newest "
+            "last, with the nearest saved prompt and where they first differ")
+async def misses(request: Request) -> Response:
+    return _json(orjson.dumps({"misses": list(_replayer(request).stats.misses)}))
+
+
+@router.post("/replay/reset", summary="Forget cursors and counters, as if just started")
+async def reset(request: Request) -> Response:
+    _replayer(request).reset()
+    return Response(status_code=204)

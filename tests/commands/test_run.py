@@ -1,0 +1,112 @@
+"""`replay-server run`: a harness under the replay server, failed on any miss."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.http
+ROOT = Path(__file__).parents[2]
+CLI = [sys.executable, "-m", "replay_server", "run", "examples/", "--log-level", "warning"]
+MODEL = "demo/tiny-chat-model"
+ASK = f"""
+import os, openai
+client = openai.OpenAI()
+assert os.environ["OPENAI_API_BASE"] == os.environ["OPENAI_BASE_URL"]
+def chat(text, **kw):
+    try:
+        r = client.chat.completions.create(model="{MODEL}",
+                                           messages=[{{"role": "user", "content": text}}], **kw)
+        return [c.message.content for c in r.choices]
+    except openai.APIStatusError as e:   # a harness that swallows errors
+        return "error " + str(e.status_code)
+"""
+ALL = ASK + """
+print(chat("Name a primary color in one word.", n=2))
+print(chat("Write a haiku about rescoring."))
+client.chat.completions.create(model="demo/tiny-chat-model", messages=[
+    {"role": "system", "content": "Answer with a number only."},
+    {"role": "user", "content": "What is 2+2?"}])
+for prompt in ["The capital of France is", "Question: What is 12 + 7?\\nAnswer:"]:
+    client.completions.create(model="demo/tiny-chat-model", prompt=prompt)
+"""
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def test_a_command_that_gets_every_answer_passes() -> None:
+    result = run("--", sys.executable, "-c", ALL)
+    assert result.returncode == 0, result.stderr
+    assert "['Red.', 'Blue.']" in result.stdout
+    assert "5 prompts answered; errors: none; saved samples never asked for: 0" in result.stderr
+    assert "every request was answered from the saved run" in result.stderr
+
+
+def test_a_swallowed_miss_fails_the_run_with_the_reason() -> None:
+    result = run("--", sys.executable, "-c", ASK + "print(chat('Name a colour'))")
+    assert result.stdout.strip() == "error 400"
+    assert result.returncode == 3
+    assert "replay_no_match=1" in result.stderr
+    assert "first difference: message 0 (user), character 7" in result.stderr
+    assert "1 distinct request(s) got no saved generation (1 attempt(s)): failing" \
+        in result.stderr
+
+
+def test_a_command_that_fails_on_its_own_keeps_its_exit_status() -> None:
+    result = run("--", sys.executable, "-c", "raise SystemExit(7)")
+    assert result.returncode == 7
+    assert "COMMAND failed with exit status 7" in result.stderr
+
+
+def test_saved_generations_never_asked_for_fail_unless_allowed() -> None:
+    ask_one = ASK + "print(chat('Write a haiku about rescoring.'))"
+    result = run("--", sys.executable, "-c", ask_one)
+    assert result.returncode == 4
+    assert "saved samples never asked for: 5" in result.stderr
+    assert "examples/demo-run.jsonl:1" in result.stderr
+    allowed = run("--allow-unused", "--", sys.executable, "-c", ask_one)
+    assert allowed.returncode == 0, allowed.stderr
+    assert "5 saved sample(s) never asked for, allowed" in allowed.stderr
+
+
+def test_stop_on_miss_stops_the_command_at_the_first_miss() -> None:
+    script = ASK + "chat('Name a colour')\nimport time\ntime.sleep(60)\nprint('not stopped')"
+    result = run("--stop-on-miss", "--", sys.executable, "-c", script)
+    assert result.returncode == 3
+    assert "not stopped" not in result.stdout
+    assert "stopped COMMAND at the first miss" in result.stderr
+
+
+def test_a_missing_command_is_a_usage_error() -> None:
+    result = run()
+    assert result.returncode == 2 and "after `--`" in result.stderr
+
+
+def test_report_has_a_line_per_distinct_request_and_groups_misses(tmp_path: Path) -> None:
+    report = tmp_path / "report.jsonl"
+    script = ASK + """
+for _ in range(2):
+    print(chat("Write a haiku about rescoring."))
+for text in ["Name a primary color in one word. ", "Write a haiku about rescoring. "]:
+    print(chat(text))
+print(chat("Something never saved"))
+"""
+    result = run("--allow-unused", "--report", str(report), "--", sys.executable, "-c", script)
+    assert result.returncode == 3
+    lines = {line["prompt"]: line for line in map(json.loads, report.read_text().splitlines())}
+    assert len(lines) == 4
+    hit = next(line for line in lines.values() if line["status"] == "hit")
+    assert hit["attempts"] == 2 and hit["served"] == ["examples/demo-run.jsonl:3 (demo-3)"] * 2
+    misses = [line for line in lines.values() if line["status"] == "miss"]
+    groups = sorted(m["first_difference"]["group"] for m in misses)
+    assert groups == ["the last message (user): the text differs"] + [
+        "the last message (user): whitespace differs at the end"] * 2
+    assert all(m["code"] == "replay_no_match" and m["nearest"] for m in misses)
+    assert "    2: the last message (user): whitespace differs at the end" in result.stderr
+    assert f"wrote 4 request(s) to {report}" in result.stderr

@@ -1,0 +1,149 @@
+"""The on-disk index: built once, served like the files, shared by several workers."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import openai
+import pytest
+
+from replay_server.errors import LoadError
+from replay_server.index import file as index_file
+from replay_server.index.catalog import Catalog, SortedCatalog
+from replay_server.index.file import StoredIndex
+from replay_server.index.loading import load
+from replay_server.settings import Settings
+from tests.support import CLI, ROOT, chat_record, chat_response, serving, spawn, user, write_jsonl
+
+SAVED = [ROOT / "examples", ROOT / "tests" / "data" / "openai_batch"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("idx") / "run.idx"
+    result = subprocess.run([*CLI, "index", *map(str, SAVED), "-o", str(out)],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "wrote" in result.stderr and "11 prompts" in result.stderr
+    return out
+
+
+def test_the_index_holds_exactly_what_loading_the_files_gives(built: Path) -> None:
+    loaded = load(SAVED, progress=False).index
+    stored = StoredIndex(built)
+    assert sorted(stored.models) == sorted(loaded.models)
+    for name, run in loaded.models.items():
+        kept = stored.models[name]
+        assert (kept.records, kept.samples, kept.unusable_records) == (
+            run.records, run.samples, run.unusable_records)
+        assert len(kept.entries) == len(run.entries)
+        for key, value in run.entries.items():
+            assert index_file.encode(kept.entries.get(key)) == index_file.encode(value)  # type: ignore
+        assert kept.entries.get(b"\0" * 16) is None
+
+
+def test_the_index_is_one_file_of_16k_pages_with_nothing_beside_it(built: Path) -> None:
+    db = sqlite3.connect(f"file:{built}?mode=ro", uri=True)
+    assert db.execute("PRAGMA page_size").fetchone() == (16384,)
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    db.close()
+    assert [p.name for p in built.parent.iterdir()] == [built.name]  # no journal, no temp
+
+
+@pytest.mark.http
+def test_serving_the_index_answers_like_serving_the_files(built: Path) -> None:
+    asks = [("Name a primary color in one word.", 2), ("Name a primary color in one word.", 1),
+            ("Name a primary color in one word.", 1), ("Write a haiku about rescoring.", 1)]
+
+    def answers(url: str) -> list[object]:
+        with openai.OpenAI(base_url=url, api_key="x") as client:
+            return asked(client)
+
+    def asked(client: openai.OpenAI) -> list[object]:
+        out: list[object] = []
+        for text, n in asks:
+            r = client.chat.completions.with_raw_response.create(
+                model="demo/tiny-chat-model", messages=[{"role": "user", "content": text}], n=n)
+            out.append((r.http_response.content, r.headers["x-replay-source"]))
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model="demo/tiny-chat-model",
+                                           messages=[{"role": "user", "content": "Name a hue"}])
+        out.append(e.value.message)
+        return out
+
+    with serving(SAVED) as files_url:
+        from_files = answers(files_url)
+    with serving([built]) as index_url:
+        from_index = answers(index_url)
+    assert from_index == from_files
+    assert "first difference: message 0 (user), character 7" in str(from_index[-1])
+
+
+def test_an_index_is_served_alone(built: Path) -> None:
+    from replay_server.commands.serve import open_run
+
+    with pytest.raises(LoadError, match="served on its own"):
+        open_run([built, SAVED[0]], Settings())
+
+
+def test_a_changed_source_is_reported(tmp_path: Path) -> None:
+    saved = write_jsonl(tmp_path / "run.jsonl", [chat_record("q", chat_response("a"))])
+    index = tmp_path / "run.idx"
+    index_file.write(load([saved], progress=False), index)
+    assert StoredIndex(index).stale_sources() == []
+    saved.write_bytes(saved.read_bytes() + b"\n")
+    assert StoredIndex(index).stale_sources() == [str(saved)]
+
+
+def test_an_index_file_is_the_same_from_compressed_or_sorted_catalogs(tmp_path: Path) -> None:
+    """`replay-server index` keeps its catalogs uncompressed until they are written: the
+    file holds the same rows as one written from a server's compressed catalogs."""
+    saved = write_jsonl(tmp_path / "run.jsonl", [
+        chat_record(f"q{i % 37}", chat_response(f"a{i}"), line=i) for i in range(1500)])
+    tables = []
+    for compress in (True, False):
+        index = tmp_path / f"{compress}.idx"
+        loaded = load([saved, *SAVED], progress=False, compress_catalogs=compress)
+        assert all(isinstance(c, Catalog if compress else SortedCatalog)
+                   for c in loaded.index.catalogs.values())
+        index_file.write(loaded, index)
+        with sqlite3.connect(index) as db:
+            tables.append([db.execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall()
+                           for table in ("models", "entries", "prompts", "prompt_ranges",
+                                         "responses")])
+        db.close()
+    assert tables[0] == tables[1] and tables[0][2]
+
+
+def test_a_non_index_file_is_refused(tmp_path: Path) -> None:
+    fake = tmp_path / "x.idx"
+    fake.write_bytes(index_file.SQLITE_MAGIC + b"\0" * 100)
+    with pytest.raises(LoadError, match="not a replay-server index"):
+        StoredIndex(fake)
+
+
+@pytest.mark.http
+def test_several_workers_share_one_index(tmp_path: Path) -> None:
+    saved = write_jsonl(tmp_path / "run.jsonl", [
+        chat_record(f"q{i}", chat_response(f"a{i}"), line=i) for i in range(50)])
+    index = tmp_path / "run.idx"
+    index_file.write(load([saved], progress=False), index)
+    with spawn("serve", str(index), "--workers", "2", "--log-level", "warning") as server, \
+            openai.OpenAI(base_url=server.url, api_key="x") as client:
+        for i in range(50):
+            r = client.chat.completions.create(model="test/model", messages=user(f"q{i}"))
+            assert r.choices[0].message.content == f"a{i}"
+        workers = subprocess.run(["pgrep", "-P", str(server.proc.pid)], capture_output=True,
+                                 text=True).stdout.split()
+        assert len(workers) >= 2
+
+
+def test_workers_are_refused_without_an_index_or_with_ordered_samples(built: Path) -> None:
+    plain = subprocess.run([*CLI, "serve", "examples", "--workers", "2"], capture_output=True,
+                           text=True, cwd=ROOT)
+    assert plain.returncode == 2 and "several workers need an index file" in plain.stderr
+    ordered = subprocess.run([*CLI, "serve", str(built), "--workers", "2"],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert ordered.returncode == 2 and "serve this run with --workers 1" in ordered.stderr

@@ -1,0 +1,161 @@
+"""The house's rules, read from the code's own imports (`ast`), so that they cannot rot:
+
+1. the stage folders follow the data flow, one way: a module imports only from its own
+   folder, from an earlier stage, or from the top-level modules (errors, settings, paths);
+   no cycle between folders;
+2. only the web layer (`web/`) and the CLI entry import the web stack (fastapi, starlette,
+   uvicorn); the replay service takes bytes and returns a reply without it;
+3. no module touches a dependency's private names (a leading underscore, or an internal
+   module such as `uvicorn.protocols`), but the one quarantined module that says why;
+and the package's top level stays small.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).parent.parent / "replay_server"
+STAGES = ("wire", "saved", "index", "replay", "web", "commands")
+TOP = {"__init__", "__main__", "cli", "errors", "paths", "settings"}
+BASE = {"errors", "paths", "settings", "__init__"}  # importable from anywhere
+WEB_STACK = ("fastapi", "starlette", "uvicorn")
+# Internal modules of dependencies (not a leading underscore, but not public either).
+INTERNAL = ("uvicorn.protocols", "uvicorn.supervisors", "uvicorn.lifespan", "uvicorn.loops",
+            "starlette._", "fastapi._")
+QUARANTINE = {
+    "web.listen",  # uvicorn's HTTP protocol, for the slow-client cut-off
+    "web.workers",  # uvicorn's supervisor: to go (issue 21: workers on uvicorn's public API)
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, list[str], int]]:
+    """(imported module, names, line) of every import, relative ones resolved to the
+    package's own module names (`replay_server.` left off)."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: list[tuple[str, list[str], int]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, [], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+                found.append(("replay_server." + module if module else "replay_server",
+                              [a.name for a in node.names], node.lineno))
+            else:
+                found.append((node.module or "", [a.name for a in node.names], node.lineno))
+    return found
+
+
+def _stage(module: str) -> str | None:
+    head = module.split(".")[0]
+    return head if head in STAGES else None
+
+
+def _own(imported: str, names: list[str]) -> list[str]:
+    """The package's modules an import names: `from . import a` names module `a`."""
+    if imported != "replay_server" and not imported.startswith("replay_server."):
+        return []
+    module = imported.removeprefix("replay_server").removeprefix(".")
+    subs = [f"{module}.{n}" if module else n for n in names]
+    return [s for s in subs if s in MODULES] or ([module] if module else [])
+
+
+def test_the_top_level_is_small() -> None:
+    top = {p.stem for p in PACKAGE.glob("*.py")}
+    assert top <= TOP and len(top) <= 10, top - TOP
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders <= set(STAGES), folders - set(STAGES)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_follow_the_data_flow(name: str) -> None:
+    stage = _stage(name)
+    for imported, names, line in _imports(name, MODULES[name]):
+        for target in _own(imported, names):
+            where = f"{name} (line {line}) imports {target}"
+            if target.split(".")[0] in BASE and "." not in target:
+                continue
+            if name in BASE:
+                raise AssertionError(f"{where}: a top-level module imports only its peers")
+            if name in ("cli", "__main__"):
+                assert _stage(target) == "commands" or target == "cli", where
+                continue
+            target_stage = _stage(target)
+            assert target_stage is not None, where
+            assert stage is not None and STAGES.index(target_stage) <= STAGES.index(stage), \
+                f"{where}: {target_stage} comes after {stage} in the data flow"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_only_the_web_layer_imports_the_web_stack(name: str) -> None:
+    if _stage(name) == "web" or name == "cli":
+        return
+    for imported, _, line in _imports(name, MODULES[name]):
+        assert imported.split(".")[0] not in WEB_STACK, f"{name} (line {line}) imports {imported}"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_private_names_of_dependencies(name: str) -> None:
+    if name in QUARANTINE:
+        return
+    tree = ast.parse(MODULES[name].read_text())
+    aliases = {}
+    for imported, names, line in _imports(name, MODULES[name]):
+        if imported.startswith("replay_server") or not imported:
+            continue
+        assert not any(imported.startswith(i) for i in INTERNAL), \
+            f"{name} (line {line}) imports the internal module {imported}"
+        assert not any(part.startswith("_") and not part.startswith("__")
+                       for part in imported.split(".")), \
+            f"{name} (line {line}) imports the private module {imported}"
+        private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+        assert not private, f"{name} (line {line}) imports private names {private}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update({a.asname or a.name.split(".")[0]: a.name for a in node.names})
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in aliases and node.attr.startswith("_") \
+                and not node.attr.startswith("__"):
+            raise AssertionError(f"{name} (line {node.lineno}) uses "
+                                 f"{aliases[node.value.id]}.{node.attr}")
+
+
+def test_no_cycle_between_folders() -> None:
+    edges: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        stage = _stage(name)
+        for imported, names, _ in _imports(name, path):
+            for target in _own(imported, names):
+                other = _stage(target)
+                if stage and other and other != stage:
+                    edges.setdefault(stage, set()).add(other)
+    seen: set[str] = set()
+
+    def visit(stage: str, path: tuple[str, ...]) -> None:
+        assert stage not in path, f"a cycle between folders: {' -> '.join(path + (stage,))}"
+        if stage in seen:
+            return
+        for other in edges.get(stage, ()):
+            visit(other, path + (stage,))
+        seen.add(stage)
+
+    for stage in edges:
+        visit(stage, ())

@@ -1,0 +1,309 @@
+"""The recording proxy: record through it, then replay the recording and get the same run."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import signal
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
+
+from replay_server.index.loading import load
+from replay_server.paths import CHAT_PATH
+from replay_server.saved.writer import RecordWriter
+from replay_server.web.recorder import Recorder, create_record_app
+from tests.fakemodel.server import create_app as fake_model
+from tests.support import running, serving, spawn, wait_for
+
+pytestmark = pytest.mark.http
+MODEL = "tiny-model"
+
+
+def question(i: int) -> list[Any]:
+    return [{"role": "user", "content": f"What is {i} + {i + 3}?"}]
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[str]:
+    with running(fake_model([MODEL])) as url:
+        yield url
+
+
+@pytest.fixture
+def recorder(upstream: str, tmp_path: Path) -> Iterator[tuple[str, Recorder]]:
+    rec = Recorder(upstream, RecordWriter(tmp_path / "run.jsonl"))
+    with running(create_record_app(rec)) as url:
+        yield url, rec
+    rec.writer.close()
+
+
+def chat_dump(r: Any) -> list[dict[str, Any]]:
+    return [c.model_dump() for c in r.choices]
+
+
+def streamed(stream: Any) -> dict[int, dict[str, Any]]:
+    """Per choice index: the content, reasoning and finish_reason a stream carried."""
+    out: dict[int, dict[str, Any]] = {}
+    for chunk in stream:
+        for c in chunk.choices:
+            got = out.setdefault(c.index, {"content": "", "reasoning": "", "finish": None})
+            delta = getattr(c, "delta", None)
+            if delta is not None:
+                got["content"] += delta.content or ""
+                got["reasoning"] += (delta.model_extra or {}).get("reasoning") or ""
+            else:
+                got["content"] += c.text
+            got["finish"] = c.finish_reason or got["finish"]
+    return out
+
+
+def session(client: openai.OpenAI) -> dict[str, Any]:
+    """One harness-like session: chat, n=2, sampled repeats, streams, a completion batch."""
+    out: dict[str, Any] = {}
+    out["chat"] = chat_dump(client.chat.completions.create(model=MODEL, messages=question(1)))
+    out["n2"] = chat_dump(client.chat.completions.create(model=MODEL, messages=question(2),
+                                                         n=2, temperature=0.8))
+    out["repeats"] = [chat_dump(client.chat.completions.create(
+        model=MODEL, messages=question(3), temperature=0.8)) for _ in range(3)]
+    out["length"] = chat_dump(client.chat.completions.create(model=MODEL, messages=question(4),
+                                                             max_tokens=3))
+    out["stream"] = streamed(client.chat.completions.create(
+        model=MODEL, messages=question(5), n=2, stream=True,
+        stream_options={"include_usage": True}))
+    batch = client.completions.create(model=MODEL, prompt=[f"What is {i} + 1?" for i in range(3)],
+                                      max_tokens=12, stop=["\n"])
+    out["batch"] = [c.model_dump() for c in batch.choices]
+    out["completion_stream"] = streamed(client.completions.create(
+        model=MODEL, prompt="What is 9 + 9?", max_tokens=8, stream=True))
+    return out
+
+
+def test_record_then_replay_gives_identical_answers(recorder: tuple[str, Recorder],
+                                                    tmp_path: Path) -> None:
+    url, rec = recorder
+    with openai.OpenAI(base_url=url, api_key="sk-secret-not-saved") as client:
+        original = session(client)
+    assert (rec.counts["recorded"], rec.counts["records"]) == (9, 11)
+    assert len(set(map(str, original["repeats"]))) > 1, "the repeats should differ"
+    with serving([tmp_path / "run.jsonl"]) as replay_url, \
+            openai.OpenAI(base_url=replay_url, api_key="x") as client:
+        replayed = session(client)
+    assert replayed == original
+    assert b"sk-secret-not-saved" not in (tmp_path / "run.jsonl").read_bytes()
+
+
+def test_streams_are_saved_with_reasoning_usage_and_finish_reason(
+        recorder: tuple[str, Recorder], tmp_path: Path) -> None:
+    with openai.OpenAI(base_url=recorder[0], api_key="x") as client:
+        plain = client.chat.completions.create(model=MODEL, messages=question(7), n=3,
+                                               temperature=0)
+        streamed_body = streamed(client.chat.completions.create(
+            model=MODEL, messages=question(7), n=3, temperature=0, stream=True,
+            stream_options={"include_usage": True}))
+    assert {i: (c.message.content, c.finish_reason) for i, c in enumerate(plain.choices)} == {
+        i: (s["content"], s["finish"]) for i, s in streamed_body.items()}
+    lines = (tmp_path / "run.jsonl").read_bytes().splitlines()
+    saved = [orjson.loads(line)["response"] for line in lines]
+
+    def essentials(choice: dict[str, Any]) -> tuple[Any, ...]:
+        message = choice["message"]
+        return (choice["index"], message["role"], message["content"],
+                message.get("reasoning"), choice["finish_reason"])
+
+    assert [essentials(c) for c in saved[1]["choices"]] == [
+        essentials(c) for c in saved[0]["choices"]]
+    assert any(c["message"].get("reasoning") for c in saved[1]["choices"])
+    counts = ("prompt_tokens", "completion_tokens", "total_tokens")
+    assert [saved[1]["usage"][k] for k in counts] == [saved[0]["usage"][k] for k in counts]
+    assert saved[1]["object"] == "chat.completion"
+
+
+def test_upstream_errors_pass_through_unrecorded(recorder: tuple[str, Recorder],
+                                                 tmp_path: Path) -> None:
+    url, rec = recorder
+    r = httpx.post(url + "/chat/completions", json={"model": MODEL})
+    assert r.status_code == 400 and "messages" in r.text
+    assert rec.counts["upstream_error"] == 1
+    assert (tmp_path / "run.jsonl").read_bytes() == b""
+
+
+def test_models_are_forwarded(recorder: tuple[str, Recorder]) -> None:
+    with openai.OpenAI(base_url=recorder[0], api_key="x") as client:
+        models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+
+
+async def test_concurrent_exchanges_are_all_saved_whole(recorder: tuple[str, Recorder],
+                                                        tmp_path: Path) -> None:
+    async def one(client: openai.AsyncOpenAI, i: int) -> str:
+        if i % 2:
+            stream = await client.chat.completions.create(model=MODEL, messages=question(100 + i),
+                                                          stream=True)
+            return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        r = await client.chat.completions.create(model=MODEL, messages=question(100 + i))
+        return r.choices[0].message.content or ""
+
+    async with openai.AsyncOpenAI(base_url=recorder[0], api_key="x") as client:
+        answers = await asyncio.gather(*(one(client, i) for i in range(64)))
+    lines = (tmp_path / "run.jsonl").read_bytes().splitlines()
+    assert len(lines) == 64
+    saved = {orjson.loads(line)["request"]["messages"][0]["content"]:
+             orjson.loads(line)["response"]["choices"][0]["message"]["content"] for line in lines}
+    assert saved == {question(100 + i)[0]["content"]: answers[i] for i in range(64)}
+
+
+def staged_upstream(release: threading.Event, die: bool = False) -> Starlette:
+    """An upstream that streams one chunk, then waits for `release` before the rest (or,
+    with `die`, breaks the connection instead of finishing)."""
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"},
+                          "finish_reason": None}]}
+
+    async def chat(request: Request) -> StreamingResponse:
+        async def events() -> AsyncIterator[bytes]:
+            yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+            await asyncio.to_thread(release.wait, 30)
+            if die:
+                raise RuntimeError("upstream died mid-stream")
+            done = {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+            yield b"data: " + orjson.dumps(done) + b"\n\ndata: [DONE]\n\n"
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route(CHAT_PATH, chat, methods=["POST"])])
+
+
+STREAM = {"model": "m", "messages": question(1), "stream": True}
+
+
+def test_a_stream_reaches_the_client_as_it_arrives(tmp_path: Path) -> None:
+    """The upstream sends one chunk and then waits: the client must already have it."""
+    release = threading.Event()
+    with running(staged_upstream(release)) as up:
+        rec = Recorder(up, RecordWriter(tmp_path / "slow.jsonl"))
+        with running(create_record_app(rec)) as url, \
+                httpx.stream("POST", url + "/chat/completions", json=STREAM, timeout=20) as s:
+            chunks = s.iter_raw()
+            first = next(chunks)
+            assert b'"content":"Hi"' in first and not release.is_set()
+            release.set()
+            rest = b"".join(chunks)
+        rec.writer.close()
+    assert rest.endswith(b"data: [DONE]\n\n")
+    saved = orjson.loads((tmp_path / "slow.jsonl").read_bytes())
+    assert saved["response"]["choices"][0]["message"]["content"] == "Hi"
+    assert saved["response"]["choices"][0]["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("who", ["client leaves", "upstream dies"])
+def test_aborted_streams_are_counted_not_recorded(tmp_path: Path, who: str) -> None:
+    release = threading.Event()
+    with running(staged_upstream(release, die=who == "upstream dies")) as up:
+        rec = Recorder(up, RecordWriter(tmp_path / "aborted.jsonl"))
+        with running(create_record_app(rec)) as url:
+            with httpx.stream("POST", url + "/chat/completions", json=STREAM, timeout=20) as s:
+                chunks = s.iter_raw()
+                assert b"Hi" in next(chunks)
+                if who == "upstream dies":
+                    release.set()
+                    with pytest.raises(httpx.HTTPError):
+                        b"".join(chunks)
+            # a client that leaves is noticed while the upstream still holds its stream
+            counted = "abandoned" if who == "client leaves" else "aborted"
+            wait_for(lambda: rec.counts[counted] == 1)
+            release.set()
+        rec.writer.close()
+    assert (tmp_path / "aborted.jsonl").read_bytes() == b""
+
+
+def test_a_cut_last_line_from_a_crash_is_set_aside_not_lost(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b'{"complete": 1}\n{"cut sh')
+    writer = RecordWriter(path)
+    writer.close()
+    assert path.read_bytes() == b'{"complete": 1}\n'
+    assert writer.set_aside is not None and writer.set_aside.read_bytes() == b'{"cut sh'
+
+
+def test_two_recorders_cannot_write_one_file(tmp_path: Path) -> None:
+    first = RecordWriter(tmp_path / "run.jsonl")
+    with pytest.raises(Exception, match="another recorder"):
+        RecordWriter(tmp_path / "run.jsonl")
+    first.close()
+
+
+def test_sigkill_loses_no_acknowledged_exchange_and_leaves_no_torn_line(
+        upstream: str, tmp_path: Path) -> None:
+    out = tmp_path / "killed.jsonl"
+    acknowledged: list[str] = []
+    lock = threading.Lock()
+
+    def client(url: str, worker: int) -> None:
+        with httpx.Client(timeout=10) as http:
+            for i in range(1000):
+                content = f"What is {worker} + {i}?"
+                body = {"model": MODEL, "messages": [{"role": "user", "content": content}],
+                        "stream": i % 2 == 0}
+                try:
+                    r = http.post(url + "/chat/completions", json=body)
+                    complete = r.status_code == 200 and (
+                        not body["stream"] or r.text.endswith("data: [DONE]\n\n"))
+                except httpx.HTTPError:
+                    return
+                if complete:
+                    with lock:
+                        acknowledged.append(content)
+
+    with spawn("record", "--upstream", upstream, "--out", str(out), "--log-level",
+               "warning") as recording:
+        workers = [threading.Thread(target=client, args=(recording.url, w)) for w in range(16)]
+        for w in workers:
+            w.start()
+        wait_for(lambda: len(acknowledged) >= 200 or recording.proc.poll() is not None)
+        assert recording.proc.poll() is None, "the recorder died on its own"
+        recording.stop(signal.SIGKILL)
+        for w in workers:
+            w.join(30)
+    data = out.read_bytes()
+    assert data.endswith(b"\n"), "a torn last line"
+    saved = {orjson.loads(line)["request"]["messages"][0]["content"]
+             for line in data.splitlines()}
+    assert set(acknowledged) <= saved
+    assert load([out], progress=False).index.models[MODEL].records == len(saved)
+
+
+def test_header_values_are_forwarded_without_surrounding_spaces(
+        recorder: tuple[str, Recorder], tmp_path: Path) -> None:
+    """lm-eval sends `Authorization: Bearer ` (no key set); httpx refuses to send that."""
+    host, port = recorder[0].removeprefix("http://").removesuffix("/v1").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("POST", "/v1/chat/completions",
+                     headers={"Authorization": "Bearer ", "Content-Type": "application/json"},
+                     body=orjson.dumps({"model": MODEL, "messages": question(40)}))
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
+    assert recorder[1].counts["recorded"] == 1
+
+
+def test_an_unreachable_upstream_is_a_502_in_the_envelope(tmp_path: Path) -> None:
+    from tests.support import free_port
+
+    rec = Recorder(f"http://127.0.0.1:{free_port()}", RecordWriter(tmp_path / "run.jsonl"))
+    with running(create_record_app(rec)) as url:
+        r = httpx.post(url + "/chat/completions", json={"model": MODEL, "messages": question(1)})
+    rec.writer.close()
+    assert r.status_code == 502
+    assert r.json()["error"]["type"] == "BadGatewayError" and r.json()["error"]["code"] == 502
+    assert "x-should-retry" not in r.headers
