@@ -261,10 +261,10 @@ def compare(original: str, rescored: str, report: Path | None, metrics: tuple[st
     with a bootstrap interval. Exit status: 0 when every paired verdict agrees and nothing
     is unpaired, 1 when some differ or are unpaired, 2 on bad input.
     """
-    from .compare import command
+    from .commands import compare as comparing
 
     try:
-        code = command.run(original, rescored, report=report, metrics=metrics, tasks=tasks,
+        code = comparing.run(original, rescored, report=report, metrics=metrics, tasks=tasks,
                            pair_by=pair_by, tokenizer=tokenizer, as_json=as_json,
                            html_to=html_to, echo=click.echo)
     except (LoadError, ValueError, OSError) as error:

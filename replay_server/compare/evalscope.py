@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LoadError
-from ..formats.base import head_keys
+from ..saved.formats.base import head_keys
 from .verdicts import SavedAs, Score, Verdict, head, resolved, rows, text_of, value_of
 
 NAME = "evalscope"

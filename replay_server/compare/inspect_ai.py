@@ -20,9 +20,9 @@ from typing import Any
 import orjson
 
 from ..errors import LoadError
-from ..formats.base import LoadContext
-from ..formats.eval_zip import eval_member, eval_samples
-from ..formats.inspect_ai import InspectAIReader
+from ..saved.formats.base import LoadContext
+from ..saved.formats.eval_zip import eval_member, eval_samples
+from ..saved.formats.inspect_ai import InspectAIReader
 from .verdicts import SavedAs, Score, Verdict, head, inspect_value, resolved, text_of
 
 NAME = "inspect_ai"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LoadError
-from ..formats.lighteval import DETAILS, NO_PYARROW
+from ..saved.formats.lighteval import DETAILS, NO_PYARROW
 from .verdicts import SavedAs, Score, Verdict, head, resolved, text_of, value_of
 
 NAME = "lighteval"

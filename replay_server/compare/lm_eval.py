@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LoadError
-from ..formats.lm_eval import SAMPLES
+from ..saved.formats.lm_eval import SAMPLES
 from .verdicts import SavedAs, Score, Verdict, head, resolved, rows, text_of, value_of
 
 NAME = "lm-eval"

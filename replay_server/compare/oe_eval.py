@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LoadError
-from ..formats.oe_eval import TASK_FILE
+from ..saved.formats.oe_eval import TASK_FILE
 from .verdicts import SavedAs, Score, Verdict, each_or_one, head, resolved, rows, value_of
 
 NAME = "oe-eval"

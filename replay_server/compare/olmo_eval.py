@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from ..errors import LoadError
-from ..formats.olmo_eval import PREDICTIONS
+from ..saved.formats.olmo_eval import PREDICTIONS
 from .verdicts import SavedAs, Score, Verdict, each_or_one, head, resolved, rows, value_of
 
 NAME = "olmo-eval"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LoadError
-from ..formats.base import LoadContext, json_lines
+from ..saved.formats.base import LoadContext, json_lines
 from .verdicts import resolved
 
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import orjson
 
-from .. import protocol
 from ..errors import ReplayServerError
-from ..loader import context, plan, read
-from ..openai_responses import RESPONSES_PATH
-from ..records import Record
+from ..paths import RESPONSES_PATH
+from ..saved.loader import context, plan, read
+from ..saved.record import Record
+from ..wire import protocol
 from .verdicts import Verdict, resolved
 
 # One request: its alternative (endpoint, key in hex) forms.

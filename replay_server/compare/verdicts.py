@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import orjson
 
 from ..errors import LoadError
-from ..records import iter_jsonl, parse_line
+from ..saved.jsonl import iter_jsonl, parse_line
 
 
 @dataclass(frozen=True, slots=True)

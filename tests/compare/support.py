@@ -11,11 +11,12 @@ from typing import Any
 
 import orjson
 
+from replay_server.commands.run import write_report
 from replay_server.errors import ReplayServerError
-from replay_server.loader import context, load, plan, read
-from replay_server.replay import Replayer
-from replay_server.runner import write_report
-from replay_server.samples import Rules
+from replay_server.index.loading import load
+from replay_server.index.samples import Rules
+from replay_server.replay.replayer import Replayer
+from replay_server.saved.loader import context, plan, read
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LM_EVAL = DATA / "lm_eval"

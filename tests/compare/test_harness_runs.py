@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from replay_server.compare.command import certify
+from replay_server.commands.compare import certify
+from tests.fakemodel.server import create_app as fake_model
+from tests.harnesses import inspect_runs, lm_eval_runs
+from tests.harnesses.commands import BIN, MODEL, REPLAY, ROOT, Ran, offline_env, run
+from tests.harnesses.lm_eval_runs import BASE, PORT_CASE, under_run
+from tests.support import running
 
-from ..fakemodel.server import create_app as fake_model
-from ..harness import inspect_runs, lm_eval_runs
-from ..harness.commands import BIN, MODEL, REPLAY, ROOT, Ran, offline_env, run
-from ..harness.lm_eval_runs import BASE, PORT_CASE, under_run
-from ..support import running
 from .support import docs_block
 
 pytestmark = [pytest.mark.harness, pytest.mark.http]

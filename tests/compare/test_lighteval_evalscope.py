@@ -7,8 +7,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from replay_server.commands.compare import certify
 from replay_server.compare import READERS
-from replay_server.compare.command import certify
 from replay_server.compare.requests import read_requests
 from replay_server.compare.sides import read_side
 from replay_server.errors import LoadError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from replay_server.compare.command import certify
+from replay_server.commands.compare import certify
 from replay_server.compare.pairing import Unpaired
 
 from .support import (

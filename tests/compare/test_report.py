@@ -9,13 +9,12 @@ from pathlib import Path
 import orjson
 import pytest
 
+from replay_server.commands.run import write_report
 from replay_server.compare.report import read_report
 from replay_server.errors import LoadError
-from replay_server.replay import Replayer
-from replay_server.runner import write_report
-from replay_server.samples import Rules
-
-from ..support import MODEL, build, chat_record, chat_response, user
+from replay_server.index.samples import Rules
+from replay_server.replay.replayer import Replayer
+from tests.support import MODEL, build, chat_record, chat_response, user
 
 
 def _report(tmp_path: Path, *asked: str) -> Path:

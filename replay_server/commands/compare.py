@@ -14,11 +14,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import READERS, html, pairing, render
-from .outcome import MetricMap, Outcome, compare
-from .report import read_report
-from .requests import read_requests
-from .sides import Side, read_side
+from ..compare import READERS, html, pairing, render
+from ..compare.outcome import MetricMap, Outcome, compare
+from ..compare.report import read_report
+from ..compare.requests import read_requests
+from ..compare.sides import Side, read_side
 
 PAIR_BY = ("auto", "identity", "report")
 
