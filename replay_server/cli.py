@@ -229,6 +229,49 @@ def build_index(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
     sys.exit(code)
 
 
+@main.command("compare")
+@click.argument("original", type=click.Path())
+@click.argument("rescored", type=click.Path())
+@click.option("--report", "report", type=click.Path(dir_okay=False, path_type=Path),
+              help="The report of the rescoring (`run ORIGINAL --report FILE -- ...`): pairs "
+              "instances across harnesses, by which saved instance answered each request.")
+@click.option("--metric", "metrics", multiple=True, metavar="ORIGINAL[=RESCORED]",
+              help="Compare only this metric (repeatable), or ORIGINAL's metric with RESCORED's "
+              "of another name (another harness's scorer).")
+@click.option("--task", "tasks", multiple=True, metavar="ORIGINAL=RESCORED",
+              help="RESCORED's task of another name is ORIGINAL's (repeatable).")
+@click.option("--pair-by", type=click.Choice(["auto", "identity", "report"]), default="auto",
+              show_default=True, help="identity: the harness's own instance ids (auto when "
+              "both sides are one harness); report: through --report (auto otherwise).")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option("--html", "html_to", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write one self-contained HTML page: the table, a per-task chart, "
+              "each flip's texts side by side.")
+@_tokenizer
+def compare(original: str, rescored: str, report: Path | None, metrics: tuple[str, ...],
+            tasks: tuple[str, ...], pair_by: str, as_json: bool, html_to: Path | None,
+            tokenizer: str | None) -> None:
+    """Certify a rescoring: pair ORIGINAL's and RESCORED's scored instances and diff their
+    verdicts, task by task and metric by metric.
+
+    Reads lm-eval samples files, inspect_ai logs, olmo-eval and oe-eval predictions,
+    lighteval details and evalscope reviews (a file or a run's folder each). Prints, per
+    task and metric, the pairs, how many agree, each flip (both values, FILE:LINE, what
+    answered), and the exact McNemar p-value (0/1 metrics) or the mean paired difference
+    with a bootstrap interval. Exit status: 0 when every paired verdict agrees and nothing
+    is unpaired, 1 when some differ or are unpaired, 2 on bad input.
+    """
+    from .commands import compare as comparing
+
+    try:
+        code = comparing.run(original, rescored, report=report, metrics=metrics, tasks=tasks,
+                           pair_by=pair_by, tokenizer=tokenizer, as_json=as_json,
+                           html_to=html_to, echo=click.echo)
+    except (LoadError, ValueError, OSError) as error:
+        _fail(error)
+    sys.exit(code)
+
+
 class _CommandAfterDashes(click.Command):
     """Takes everything after `--` as the command to run, untouched by option parsing."""
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).parent.parent / "replay_server"
-STAGES = ("wire", "saved", "index", "replay", "web", "commands")
+STAGES = ("wire", "saved", "index", "replay", "compare", "web", "commands")
 TOP = {"__init__", "__main__", "cli", "errors", "paths", "settings"}
 BASE = {"errors", "paths", "settings", "__init__"}  # importable from anywhere
 WEB_STACK = ("fastapi", "starlette", "uvicorn")

@@ -13,6 +13,7 @@ failure, not as several.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -90,10 +91,25 @@ class Stats:
         if line is None:
             line = self.tracked[(model, endpoint, key.hex())] = {
                 "model": model, "endpoint": endpoint, "prompt": key.hex(), "attempts": 0,
-                "served": []}
+                "served": [], "sources": self.sources(model, key)}
         line["attempts"] += 1
         if len(line["served"]) < 100:
             line["served"].append(where)
+
+    def sources(self, model: str, key: bytes) -> list[dict[str, Any]]:
+        """Every usable saved instance that holds this prompt, as its records named it
+        (`file` made absolute, `line`, `instance`): the one that answered is among them.
+        `compare` pairs a rescored instance with the saved instance that answered it, and
+        refuses to guess when several share the prompt."""
+        value = self.index.models[model].entries.get(key)
+        if value is None:
+            return []
+        found = []
+        for instance in entry_of(value).instances:
+            first = instance.exchanges[0]
+            file = os.path.abspath(str(first.file)) if first.file is not None else None
+            found.append({"file": file, "line": first.line, "instance": first.instance})
+        return found
 
     def report_lines(self) -> list[dict[str, Any]]:
         """One line per distinct request: answered (and from which saved records), or

@@ -69,6 +69,22 @@ def eval_samples(path: Path, ctx: LoadContext) -> Iterator[dict[str, Any]]:
                 ctx.bad(LoadError(file, None, f"{info.filename}: expected a JSON object"))
 
 
+def eval_member(path: Path, name: str) -> bytes | None:
+    """One member of a `.eval` zip by name (`header.json`: the task, its spec and results),
+    unpacked as the samples are; None when the zip has no such member."""
+    file = str(path)
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise LoadError(file, None, f"not a readable .eval zip: {e}") from None
+    with archive, path.open("rb") as raw:
+        try:
+            info = archive.getinfo(name)
+        except KeyError:
+            return None
+        return bytes(_member(archive, raw, info, file))
+
+
 def _member(archive: zipfile.ZipFile, raw: IO[bytes], info: zipfile.ZipInfo,
             file: str) -> bytes | bytearray:
     """A member's bytes; Zstandard members are read past their local header by hand."""
