@@ -84,20 +84,16 @@ class ChoicesStream:
         cut = sse.spans(frames)
         if not cut or cut[-1][1] < len(frames):
             cut.append((cut[-1][1] if cut else 0, len(frames)))  # a last frame left open
-        # (a frame is looked at only when it holds the bytes that could make it one)
-        kept = [(a, b) for a, b in cut if frames.find(b'"usage"', a, b) == -1
-                or not is_usage_chunk(frames[a:b])]
-        at = len(kept)
-        if include_usage:
-            at = next((i for i in range(len(kept) - 1, -1, -1)
-                       if frames.find(b"[DONE]", *kept[i]) != -1
-                       and _is_done(frames[kept[i][0]:kept[i][1]])), len(kept))
-        parts = _joined(frames, kept[:at])
-        if include_usage:
-            saved = orjson.loads(exchange.body)
-            parts.append(frame({**self._envelope(saved), "choices": [],
-                                "usage": saved.get("usage")}))
-        return b"".join(parts + _joined(frames, kept[at:]))
+        if not include_usage:  # (a frame is looked at when it holds what could make it one)
+            drop = [(a, b) for a, b in cut if frames.find(b'"usage"', a, b) != -1
+                    and is_usage_chunk(frames[a:b])]
+            ends = [0] + [i for span in drop for i in span] + [len(frames)]
+            return b"".join(frames[ends[i]:ends[i + 1]] for i in range(0, len(ends), 2))
+        at = next((a for a, b in reversed(cut) if frames.find(b"[DONE]", a, b) != -1
+                   and _is_done(frames[a:b])), len(frames))
+        saved = orjson.loads(exchange.body)
+        usage = frame({**self._envelope(saved), "choices": [], "usage": saved.get("usage")})
+        return b"".join((frames[:at], usage, frames[at:]))
 
     def _envelope(self, response: dict[str, Any]) -> dict[str, Any]:
         envelope = {"id": response.get("id"), "object": self.chunk_object}
@@ -129,21 +125,6 @@ class ChoicesStream:
         if include_usage:
             yield [frame({**envelope, "choices": [], "usage": response.get("usage")})]
         yield [DONE]
-
-
-def _joined(frames: bytes, spans: list[tuple[int, int]]) -> list[bytes]:
-    """The bytes of these frames, a slice for each run of frames next to each other."""
-    parts: list[bytes] = []
-    start = end = -1
-    for a, b in spans:
-        if a != end:
-            if end != -1:
-                parts.append(frames[start:end])
-            start = a
-        end = b
-    if end != -1:
-        parts.append(frames[start:end])
-    return parts
 
 
 def _is_done(frame_: bytes) -> bool:
