@@ -1,5 +1,6 @@
 """The registry of API families: endpoint path -> `Family`. Adding an API is adding its
-package (`wire/<name>/`, of the families' one shape) and its name here."""
+package (`wire/<name>/`, of the families' one shape, its `FAMILY` naming its path in
+`paths.py`) and its name here."""
 
 from __future__ import annotations
 

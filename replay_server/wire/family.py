@@ -11,7 +11,7 @@ family a request is for: it asks the family.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
@@ -55,14 +55,15 @@ class Family:
     """One wire API, as the rest of the server uses it.
 
     `name` is its package's; `kind` names it in keys, catalogs and the index file; `path`
-    is its endpoint;
-    `prompt_field` the request field a miss names. `check` raises BadRequest for a request
-    the family cannot answer (beyond the table's type check); `prompts` gives the keyed
-    prompts of a request or a saved record (None for a prompt of no valid form); `options`
-    reads `n` and `stream_options.include_usage`. `reply` and `stream` make the answer
-    from the saved exchanges chosen; `aggregator` reads a stream as it arrives, and
-    `aggregate` a whole one (a recorded stream is served only if it aggregates to its
-    saved body); `carries_usage` says whether recorded frames carried the usage chunk.
+    is its endpoint; `prompt_field` the request field a miss names. `check` raises
+    BadRequest for a request the family cannot answer (beyond the table's type check);
+    `prompts` gives the keyed prompts of a request or a saved record (None for a prompt of
+    no valid form); `options` reads `n` and `stream_options.include_usage`. `reply` and
+    `stream` make the answer from the saved exchanges chosen; `aggregator` reads a stream
+    as it arrives, and `aggregate` a whole one (a recorded stream is served only if it
+    aggregates to its saved body); `carries_usage` says whether recorded frames carried
+    the usage chunk; `error_body` is its error envelope (the OpenAI one unless the API has
+    its own).
 
     A *chained* family keys a request by the saved turn it continues (`previous_id`, then
     `previous_of` that turn's keyed prompt and response), so its requests are keyed once
@@ -88,7 +89,7 @@ class Family:
     previous_of: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
     batched: bool = False
     error_body: Callable[[ReplayServerError], dict[str, Any]] = _openai_error
-    client_line: str | None = field(default=None)
+    client_line: str | None = None
     """A one-line openai-python call that prints the answer to the JSON body in argv[1]
     (the start-up snippet), if the family has one."""
 
@@ -105,17 +106,11 @@ class Family:
         self.table.check(data)
         self.check(data)
         n, include_usage = self.options(data)
-        prompts: list[dict[str, Any]] = []
-        keys: list[bytes] = []
-        if not self.chained:  # (a chained family's are made once the model is known)
-            try:
-                found = self.prompts(data, None)
-                assert found is not None, "the family's check passes only prompts of a form"
-                prompts, keys = found, [key_of(p) for p in found]
-            except Unkeyable as e:
-                raise self.table.too_deep(e) from None
-        return ReplayRequest(self, data.get("model"), n, data.get("stream") is True,
-                             include_usage, prompts, keys, data)
+        request = ReplayRequest(self, data.get("model"), n, data.get("stream") is True,
+                                include_usage, [], [], data)
+        if not self.chained:  # (a chained family's is keyed once the model is known)
+            request.key(None)
+        return request
 
     def example_request(self, prompt: dict[str, Any]) -> dict[str, Any]:
         """A request body that a keyed prompt is the key of (the start-up snippet)."""
@@ -124,6 +119,10 @@ class Family:
 
 @dataclass(slots=True)
 class ReplayRequest:
+    """A checked request of one family: what selects the saved run (`model`) and samples
+    (`n`), how the answer goes out (`stream`, `include_usage`), its keyed prompts and
+    their keys (one each, or one per prompt of a batch), and the request as sent."""
+
     family: Family
     model: str | None
     n: int

@@ -11,9 +11,8 @@ from .stream_out import STREAM
 
 FAMILY = Family(
     name="chat", kind=KIND, path=CHAT_PATH, table=TABLE, prompt_field="messages",
-    check=request.check,
-    prompts=request.prompts, options=options, reply=reply.encode, stream=STREAM.stream,
-    aggregator=stream_in.aggregator,
+    check=request.check, prompts=request.prompts, options=options, reply=reply.encode,
+    stream=STREAM.stream, aggregator=stream_in.aggregator,
     aggregate=lambda stream: aggregate(stream_in.aggregator(), stream),
     carries_usage=carries_usage,
     schema=TABLE.schema("messages", {

@@ -14,9 +14,8 @@ _TOKENS = {"type": "array", "minItems": 1, "items": {"type": "integer"}}
 
 FAMILY = Family(
     name="completions", kind=KIND, path=COMPLETION_PATH, table=TABLE, prompt_field="prompt",
-    check=request.check,
-    prompts=request.prompts, options=options, reply=reply.encode, stream=STREAM.stream,
-    aggregator=stream_in.aggregator,
+    check=request.check, prompts=request.prompts, options=options, reply=reply.encode,
+    stream=STREAM.stream, aggregator=stream_in.aggregator,
     aggregate=lambda stream: aggregate(stream_in.aggregator(), stream),
     carries_usage=carries_usage, batched=True,
     schema=TABLE.schema("prompt", {

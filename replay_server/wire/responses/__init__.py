@@ -30,8 +30,7 @@ from .fields import KIND, TABLE
 
 FAMILY = Family(
     name="responses", kind=KIND, path=RESPONSES_PATH, table=TABLE, prompt_field="input",
-    check=request.check,
-    prompts=request.prompts, reply=encode, stream=stream_out.stream,
+    check=request.check, prompts=request.prompts, reply=encode, stream=stream_out.stream,
     aggregator=stream_in.ResponsesStreamAggregator,
     aggregate=lambda stream: stream_in.aggregate(stream).response,
     chained=True, previous_id=request.previous_id, previous_of=request.previous_of,
