@@ -219,15 +219,16 @@ class Table:
         means unset, is not set) that is neither keyed nor ignored, numbers normalised.
         Fields the table does not know are compared too."""
         skip, unset = self._not_strict, self._strict_unset
-        out = {}
-        for name, value in request.items():
-            if name in skip or value is None or (name in unset and value in unset[name]):
-                continue
-            try:
-                out[name] = number(value)
-            except RecursionError:
-                raise Unkeyable(name) from None
-        return out
+        try:
+            return {k: number(v) for k, v in request.items() if k not in skip and v is not None
+                    and not (k in unset and v in unset[k])}
+        except RecursionError:  # a list nested too deeply: which field is it?
+            for name, value in request.items():
+                try:
+                    number(value)
+                except RecursionError:
+                    raise Unkeyable(name) from None
+            raise
 
     def params(self, request: Mapping[str, Any]) -> bytes:
         """`sampling_params`, canonical: what a saved exchange is compared by."""
