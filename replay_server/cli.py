@@ -192,8 +192,10 @@ def record(upstream: str, out: Path, host: str, port: int, log_level: str) -> No
     """Record a run through a proxy: forward to UPSTREAM, save every exchange to OUT.
 
     Point the harness at the printed URL. Each answered request is appended to OUT as a
-    replay-server record, on disk before the client sees the end of the answer; upstream
-    errors and broken streams pass through unrecorded. `serve OUT` replays the run.
+    replay-server record, on disk before the client sees the end of the answer (a stream:
+    once received whole, with or without `data: [DONE]`); upstream errors and broken
+    streams pass through unrecorded. An upstream that cannot be reached at start is said
+    so; the proxy serves anyway (502 until it answers). `serve OUT` replays the run.
     """
     from .commands import record as recording
 
