@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +112,23 @@ print(chat("Something never saved"))
     assert all(m["code"] == "replay_no_match" and m["nearest"] for m in misses)
     assert "    2: the last message (user): whitespace differs at the end" in result.stderr
     assert f"wrote 4 request(s) to {report}" in result.stderr
+
+
+def test_the_example_harness_says_what_a_miss_is_and_fails_on_one(tmp_path: Path) -> None:
+    """docker/example-harness.py under `run`: it passes on the example run, and on a run
+    that lacks one of its questions it fails with the status its docstring names."""
+    harness = ROOT / "docker" / "example-harness.py"
+    passed = subprocess.run([*CLI, "--allow-unused", "--", sys.executable, str(harness)],
+                            capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert passed.returncode == 0, passed.stderr
+    assert "accuracy: 3/3" in passed.stdout
+    saved = tmp_path / "without-paris.jsonl"
+    lines = (ROOT / "examples/demo-run.jsonl").read_text().splitlines(keepends=True)
+    saved.write_text("".join(line for line in lines if "capital of France" not in line))
+    missed = subprocess.run([*CLI[:3], "run", str(saved), "--", sys.executable, str(harness)],
+                            capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert missed.returncode != 0, missed.stderr
+    status = re.search(r"/completions: HTTP (\d+): ", missed.stderr)
+    assert status is not None and "replay_no_match" in missed.stderr
+    doc = ast.get_docstring(ast.parse(harness.read_text())) or ""
+    assert f"HTTP {status[1]}" in doc and "422" not in doc
