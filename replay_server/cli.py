@@ -250,11 +250,14 @@ class _CommandAfterDashes(click.Command):
 @click.option("--require-all", is_flag=True, hidden=True,
               help="The default now; kept so that older scripts still run.")
 @click.option("--stop-on-miss", is_flag=True,
-              help="Stop COMMAND at the first request that gets no saved generation.")
+              help="Stop COMMAND at the first request that gets no saved generation; the "
+              "report then counts only requests that got an answer (hit or error), not "
+              "those cut off in flight.")
 @click.option("--report", "report_to", type=click.Path(dir_okay=False, path_type=Path),
               help="Write one JSON line per distinct request to this file: answered (from "
               "which saved records) or not (the error, the nearest saved prompt, and where "
-              "it first differs, with both sides quoted).")
+              "it first differs, with both sides quoted). Never one of PATHS (exit 2, "
+              "before COMMAND runs).")
 @settings_options(port=0, leave_out=("workers",))
 @click.pass_context
 def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, require_all: bool,
@@ -265,11 +268,19 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
     Usage: replay-server run PATHS... [OPTIONS] -- COMMAND [ARGS...]
 
     COMMAND runs with OPENAI_BASE_URL and OPENAI_API_BASE set to the server and a dummy
-    OPENAI_API_KEY. Takes every `serve` option but --workers. Afterwards a report lists
-    answers, each distinct request that got no saved generation (with its attempts, reason
-    and nearest saved prompt), and saved generations never asked for. Exit status:
-    COMMAND's own if it failed; 3 if any request got no saved generation; 5 if no request
-    reached the server; 4 if saved samples went unused (unless --allow-unused); else 0.
+    OPENAI_API_KEY. Takes every `serve` option but --workers. Afterwards a
+    report lists answers, each distinct request that got no saved generation (with its
+    attempts, reason and nearest saved prompt), and saved generations never asked for. A
+    POST /replay/reset starts the cursors over and forgets nothing the verdict counts.
+
+    \b
+    Exit status, the first that applies:
+      2  the saved run could not be loaded, or a bad option (COMMAND never ran)
+      3  a request got no saved generation (even if COMMAND failed too)
+      COMMAND's own status, if it failed
+      5  no request reached the server
+      4  saved samples were never asked for (unless --allow-unused)
+      0  every request answered, every saved sample asked for
     """
     command = ctx.meta.get("command") or []
     if not command:
