@@ -258,17 +258,25 @@ class _CommandAfterDashes(click.Command):
               "which saved records) or not (the error, the nearest saved prompt, and where "
               "it first differs, with both sides quoted). Never one of PATHS (exit 2, "
               "before COMMAND runs).")
+@click.option("--base-url-var", "base_url_vars", multiple=True, metavar="NAME",
+              help="Also set the environment variable NAME to the replay's /v1 URL, for a "
+              "harness that reads a variable of its own (repeatable); NAME_BASE_URL brings "
+              "NAME_API_KEY, set to the key. inspect_ai's openai-api/SERVICE/MODEL reads "
+              "SERVICE_BASE_URL (SERVICE upper-cased, - as _).")
 @settings_options(port=0, leave_out=("workers",))
 @click.pass_context
 def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, require_all: bool,
-        stop_on_miss: bool, report_to: Path | None, **options: Any) -> None:
+        stop_on_miss: bool, report_to: Path | None, base_url_vars: tuple[str, ...],
+        **options: Any) -> None:
     """Serve PATHS, run a harness against it, and fail unless it rescored the saved run
     exactly: every request answered, every saved sample asked for.
 
     Usage: replay-server run PATHS... [OPTIONS] -- COMMAND [ARGS...]
 
-    COMMAND runs with OPENAI_BASE_URL and OPENAI_API_BASE set to the server and a dummy
-    OPENAI_API_KEY. Takes every `serve` option but --workers. Afterwards a
+    COMMAND runs with every base-URL variable the documented harnesses read
+    (OPENAI_BASE_URL, OPENAI_API_BASE, INSPECT_EVAL_MODEL_BASE_URL, VLLM_BASE_URL, ...: the
+    README lists them) set to the server, whatever they held, and their API key variables
+    to a dummy key (or --api-key's). Takes every `serve` option but --workers. Afterwards a
     report lists answers, each distinct request that got no saved generation (with its
     attempts, reason and nearest saved prompt), and saved generations never asked for. A
     POST /replay/reset starts the cursors over and forgets nothing the verdict counts.
@@ -290,7 +298,8 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
     try:
         settings = _settings(options)
         code = runner.run_command(paths, settings, command, allow_unused=allow_unused,
-                                  stop_on_miss=stop_on_miss, say=_say, report_to=report_to)
+                                  stop_on_miss=stop_on_miss, say=_say, report_to=report_to,
+                                  base_url_vars=base_url_vars)
     except (LoadError, ValueError, OSError) as error:
         _fail(error)
     sys.exit(code)

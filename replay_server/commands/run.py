@@ -3,7 +3,7 @@ faithful rescoring.
 
 For CI, and for harnesses that swallow HTTP errors (scoring a failed request as an empty
 answer, or retrying): the server runs in this process on a free port, COMMAND runs with
-OPENAI_BASE_URL / OPENAI_API_BASE pointing at it and a dummy OPENAI_API_KEY, and when
+every base-URL variable harnesses read pointing at it (`base_urls`), and when
 COMMAND ends the report says what was served, what got no saved generation and why
 (distinct requests, with how many attempts each), and which saved generations were never
 asked for.
@@ -42,6 +42,7 @@ from ..replay.stats import Failure
 from ..settings import Settings
 from ..web.app import create_app
 from ..web.listen import InThread
+from . import base_urls
 from .serve import open_run
 
 MISSED = 3
@@ -151,7 +152,7 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool) -> tuple[int, str
         return NO_REQUESTS, ("no request reached the replay server: COMMAND got its answers "
                              "somewhere else (a harness's disk cache, such as lighteval's "
                              ".litellm_cache or dspy's cache, or a base URL it does not take "
-                             "from OPENAI_BASE_URL): failing")
+                             "from the environment): failing")
     unused = sum(stats.unused(m) for m in replayer.index.models)
     if unused and not allow_unused:
         return UNUSED, (f"{unused} saved sample(s) were never asked for: the harness asked "
@@ -164,8 +165,10 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool) -> tuple[int, str
 
 def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequence[str], *,
                 allow_unused: bool, stop_on_miss: bool, say: Callable[[str], None],
-                report_to: Path | None = None) -> int:
+                report_to: Path | None = None, base_url_vars: Sequence[str] = ()) -> int:
     """Serve `paths`, run `command` against it, report; returns the exit status."""
+    for name in base_url_vars:  # a bad name is a bad option: before anything is loaded
+        base_urls.check_name(name)
     opened = open_run(paths, settings)
     for line in opened.report:
         say(line)
@@ -178,9 +181,8 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
         replayer.stats.tracked = {}
     stopped = threading.Event()
     with InThread(app, settings) as server:
-        env = {**os.environ, "OPENAI_BASE_URL": server.base_url,
-               "OPENAI_API_BASE": server.base_url,
-               "OPENAI_API_KEY": settings.api_key or "replay-server"}
+        env = {**os.environ, **base_urls.environment(
+            server.base_url, settings.api_key or "replay-server", base_url_vars)}
         say(f"replay-server run: serving on {server.base_url}; running: {' '.join(command)}")
         proc = subprocess.Popen(list(command), env=env, start_new_session=True)
         if stop_on_miss:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -215,6 +217,72 @@ def test_the_report_never_replaces_an_input(tmp_path: Path, over: str) -> None:
     assert "is one of the inputs" in result.stderr
     assert not marker.exists()
     assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_every_base_url_variable_points_at_the_replay_whatever_it_held() -> None:
+    """A stale value of any of them would send a harness elsewhere (or hang it)."""
+    from replay_server.commands.base_urls import VARIABLES
+
+    named = ["FAKE_BASE_URL", "MY_URL"]
+    stale = {v.name: "http://127.0.0.1:9/v1" for v in VARIABLES}
+    stale.update({v.key: "sk-stale" for v in VARIABLES if v.key},
+                 FAKE_BASE_URL="http://127.0.0.1:9/v1", FAKE_API_KEY="sk-stale",
+                 MY_URL="http://127.0.0.1:9", MODELSCOPE_SDK_TOKEN="hub-login")
+    show = "import json, os; print(json.dumps(dict(os.environ)))"
+    args = [arg for name in named for arg in ("--base-url-var", name)]
+    result = subprocess.run([*CLI, *args, "--allow-unused", "--", sys.executable, "-c",
+                             ASK + "chat('Write a haiku about rescoring.')\n" + show],
+                            capture_output=True, text=True, cwd=ROOT, timeout=120,
+                            env={**os.environ, **stale})
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    url = seen["OPENAI_BASE_URL"]
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/v1") and ":9/" not in url
+    for variable in VARIABLES:
+        assert seen[variable.name] == (url if variable.v1 else url.removesuffix("/v1"))
+        if variable.key:
+            assert seen[variable.key] == "replay-server"
+    assert seen["FAKE_BASE_URL"] == seen["MY_URL"] == url
+    assert seen["FAKE_API_KEY"] == "replay-server" and "MY_API_KEY" not in seen
+    assert seen["MODELSCOPE_SDK_TOKEN"] == "hub-login"  # also the ModelScope hub login
+
+
+def test_a_bad_base_url_variable_name_is_a_bad_option() -> None:
+    result = run("--base-url-var", "NOT-A-NAME", "--", sys.executable, "-c", "pass")
+    assert result.returncode == 2 and "--base-url-var 'NOT-A-NAME'" in result.stderr
+
+
+def test_the_readme_lists_every_base_url_variable_run_sets() -> None:
+    from replay_server.commands.base_urls import markdown_table
+
+    assert markdown_table() in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize("provider", ["openai-api/vllm", "openai-api/fake"])
+def test_inspect_reaches_the_replay_through_its_own_variables_when_they_are_stale(
+        tmp_path: Path, provider: str) -> None:
+    """inspect_ai's openai-api/SERVICE/ reads SERVICE_BASE_URL (and SERVICE_API_KEY):
+    VLLM_BASE_URL is in run's table; FAKE_BASE_URL is named with --base-url-var."""
+    from tests.harnesses.commands import BIN, offline_env
+    from tests.harnesses.inspect_runs import read_scores
+
+    saved = next((ROOT / "tests/data/inspect_ai/arith").glob("*.eval"))
+    tasks = shutil.copytree(ROOT / "tests/data/gen/tasks", tmp_path / "tasks")
+    stale = {"VLLM_BASE_URL": "http://127.0.0.1:9/v1", "VLLM_API_KEY": "stale",
+             "FAKE_BASE_URL": "http://127.0.0.1:9/v1", "FAKE_API_KEY": "stale",
+             "INSPECT_EVAL_MODEL_BASE_URL": "http://127.0.0.1:9/v1"}
+    named = ["--base-url-var", "FAKE_BASE_URL"] if provider.endswith("fake") else []
+    inspect = [str(BIN / "inspect"), "eval", "inspect_arith.py", "--model",
+               f"{provider}/tiny-model", "--log-dir", str(tmp_path / "logs"), "--temperature",
+               "0", "--display", "plain", "--max-retries", "1", "--timeout", "10"]
+    result = subprocess.run([*CLI[:3], "run", str(saved), *named, "--", *inspect],
+                            capture_output=True, text=True, cwd=tasks, timeout=300,
+                            env={**offline_env(tmp_path), **stale})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "every request was answered from the saved run" in result.stderr
+    scores = read_scores(tmp_path / "logs", result.stdout)
+    assert scores.status == "success" and scores.metrics["includes/accuracy"] == 1 / 3
 
 
 def test_the_example_harness_says_what_a_miss_is_and_fails_on_one(tmp_path: Path) -> None:
