@@ -92,6 +92,7 @@ class Replayer:
             self._check_frames(run.name, endpoint, selections)
         for entry, selection in chosen:
             self.stats.hit(run.name, entry, selection)
+        self.stats.answered += 1
         if self.stats.tracked is not None:
             for key, (_, selection) in zip(request.keys, chosen, strict=True):
                 self.stats.served(run.name, endpoint, key, selection[0][0].where)
@@ -124,6 +125,7 @@ class Replayer:
         stats = self.stats
         stats.counts[run.name]["hits"] += 1
         stats.use(run.name, exchange, None)
+        stats.answered += 1
         source = exchange.source_header
         if source is None:
             source = _source_header(exchange)

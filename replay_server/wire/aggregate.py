@@ -8,8 +8,9 @@ from the usage chunk when the client asked for one. It never invents a field the
 did not carry.
 
 `whole(stream, chat)` is the same for a stream that is all there (a recorded stream, checked
-before it is served): the same body, and StreamError for the same streams, in fewer steps
-when the stream has the usual shape (see `_chunks`).
+before it is served, which ended cleanly: `data: [DONE]` or every choice finished): the
+same body, and StreamError for the same streams, in fewer steps when the stream has the
+usual shape (see `_chunks`).
 """
 
 from __future__ import annotations
@@ -121,9 +122,14 @@ class StreamAggregator:
             else:
                 _merge_completion(choice, delta)
 
-    def result(self) -> dict[str, Any]:
-        if not self.done:
-            raise StreamError("the stream ended before `data: [DONE]`")
+    def result(self, ended: bool = False) -> dict[str, Any]:
+        """The aggregated body. A stream is whole at `data: [DONE]`, or, when `ended` (its
+        body ended cleanly, as some servers end it after the last finish_reason chunk;
+        openai-python accepts that), once every choice it carried has its finish_reason."""
+        if not (self.done or ended and self._choices and all(
+                c.get("finish_reason") is not None for c in self._choices.values())):
+            raise StreamError("the stream ended before `data: [DONE]`" + (
+                ", with a choice that has no finish_reason" if ended else ""))
         if not all(isinstance(i, int) for i in self._choices):
             raise StreamError("a stream chunk has a choice without an integer index")
         body: dict[str, Any] = {"id": self._envelope.get("id"),
@@ -215,7 +221,7 @@ def whole(stream: bytes, chat: bool) -> dict[str, Any]:
             pass
     aggregator = StreamAggregator(chat)
     aggregator.feed(stream)
-    return aggregator.result()
+    return aggregator.result(ended=True)
 
 
 _DATA, _NEXT, _END = b"data: ", b"\n\ndata: ", b"\n\ndata: [DONE]\n\n"

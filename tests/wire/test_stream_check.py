@@ -18,11 +18,12 @@ from tests.wire.stream_cases import chat_bodies, completion_bodies
 
 
 def fed(stream: bytes, chat: bool) -> Any:
-    """What the full aggregator fed `stream` gives: the body, or the error's words."""
+    """What the full aggregator fed all of `stream` gives (it has ended): the body, or the
+    error's words."""
     aggregator = StreamAggregator(chat)
     try:
         aggregator.feed(stream)
-        return aggregator.result()
+        return aggregator.result(ended=True)
     except StreamError as e:
         return ("refused", str(e))
 
