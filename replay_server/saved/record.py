@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import LoadError
+from ..errors import LoadError, where_of
 from ..paths import CHAT_PATH, COMPLETION_PATH, ENDPOINTS, RESPONSES_PATH
 from ..wire import aggregate
 from ..wire import responses as openai_responses
@@ -95,11 +95,6 @@ class Record:
             out["batch"] = self.batch
         out["source"] = self.source
         return out
-
-
-def where_of(file: Any, line: Any, instance: Any) -> str:
-    where = f"{file}:{line}" if line is not None else str(file)
-    return f"{where} ({instance})" if instance is not None else where
 
 
 def dump_line(record: Record) -> bytes:

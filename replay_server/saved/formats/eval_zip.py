@@ -22,7 +22,7 @@ from typing import IO, Any, cast
 import orjson
 import zstandard
 
-from ...errors import LoadError
+from ...errors import LoadError, where_of
 from .base import LoadContext
 
 ZSTD_METHOD = 93
@@ -48,7 +48,7 @@ def eval_samples(path: Path, ctx: LoadContext) -> Iterator[dict[str, Any]]:
         for info in archive.infolist():
             if CHUNKED.match(info.filename):
                 ctx.skip("sample in inspect's chunked layout (not read)",
-                         f"{file}:{info.filename}")
+                         where_of(file, info.filename))
         members = sorted((i for i in archive.infolist() if SAMPLE.match(i.filename)),
                          key=_epoch)
         unread = path.stat().st_size - sum(i.compress_size for i in members)

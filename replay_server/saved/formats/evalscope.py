@@ -44,7 +44,7 @@ from typing import Any
 import orjson
 import yaml
 
-from ...errors import LoadError
+from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH
 from ..record import Record, make_record
 from .base import LoadContext, dig, head_keys, json_lines, read_side_file, text_response, usage
@@ -175,7 +175,7 @@ class _Predictions:
                 or messages[-1].get("role") != "assistant"):
             raise self.fail(line, "messages", "expected the prompt messages then the answer "
                             "(an assistant message)")
-        where = f"{self.file}:{line}"
+        where = where_of(self.file, line)
         reason = self.config.refused or (AGENT if obj.get("agent_trace") is not None else None)
         built = None if reason else _wire_messages(messages[:-1])
         if isinstance(built, str):
@@ -214,7 +214,7 @@ class _Predictions:
             raise self.fail(line, "index", f"index {index} is already at line {first[0]} "
                             "with another prompt or answer: two runs appended to one "
                             "predictions file? keep one run's lines")
-        self.ctx.skip(DUPLICATE, f"{self.file}:{line}")
+        self.ctx.skip(DUPLICATE, where_of(self.file, line))
         return True
 
     def _same_group(self, line: int, index: int, request: dict[str, Any]) -> None:

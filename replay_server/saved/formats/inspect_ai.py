@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from ...errors import LoadError
+from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH, RESPONSES_PATH
 from ..record import Record, make_record
 from .base import LoadContext, synthetic_id, text_response
@@ -105,13 +105,14 @@ def _sample_records(sample: dict[str, Any], file: str, ctx: LoadContext) -> Iter
     for retry in sample.get("error_retries") or []:
         for _ in _model_events(retry.get("events") if isinstance(retry, dict) else None):
             ctx.skip("model call of a failed sample attempt (error_retries)",
-                     f"{file} (sample {sample_id!r}, epoch {epoch})")
+                     where_of(file, None, f"sample {sample_id!r}, epoch {epoch}"))
     for n, event in enumerate(_model_events(sample.get("events"))):
         place = f"sample {sample_id!r}, epoch {epoch}, model call {n}"
         source = {"harness": HARNESS, "instance": str(sample_id), "epoch": epoch,
                   "event": event.get("uuid")}
         try:
-            record = _record(event, pool, attachments, source, file, f"{file} ({place})", ctx)
+            record = _record(event, pool, attachments, source, file,
+                             where_of(file, None, place), ctx)
         except LoadError as error:
             ctx.bad(LoadError(file, None, f"{place}: {error.reason}", field=error.field))
             continue

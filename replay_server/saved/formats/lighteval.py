@@ -45,7 +45,7 @@ from typing import Any
 
 import orjson
 
-from ...errors import LoadError
+from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH
 from ..record import Record, make_record
 from .base import (
@@ -188,7 +188,7 @@ class _Details:
             if first[1] != digest:
                 raise self.fail(number, "doc.id", f"doc {doc_id} is already at row {first[0]} "
                                 "with another prompt or answer")
-            self.ctx.skip(DUPLICATE, f"{self.file}:{number}")
+            self.ctx.skip(DUPLICATE, where_of(self.file, number))
             return None
         task = doc.get("task_name") if isinstance(doc.get("task_name"), str) else self.task
         request = _request(self.run, doc, messages, n)

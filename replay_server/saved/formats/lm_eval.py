@@ -46,7 +46,7 @@ from typing import Any
 
 import orjson
 
-from ...errors import LoadError
+from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH, COMPLETION_PATH
 from ..record import Record, make_record
 from .base import LoadContext, json_lines, synthetic_id, text_response
@@ -154,7 +154,7 @@ def _read_samples(path: Path, task: str, run: Run, ctx: LoadContext) -> Iterator
                 if first[1] != digest:
                     raise LoadError(file, line, f"doc_id {row['doc_id']} was read at line "
                                     f"{first[0]} with other arguments or resps", field="resps")
-                ctx.skip(SKIP_DUPLICATE, f"{file}:{line}")
+                ctx.skip(SKIP_DUPLICATE, where_of(file, line))
                 continue
             yield from _records(arguments, resps, f"{task}:{row['doc_id']}", run, ctx,
                                 file, line)  # a list: a bad row yields nothing
@@ -210,7 +210,7 @@ def _records(requests: list[dict[str, Any]], resps: list[Any], doc: str, run: Ru
     for i, (args, answers) in enumerate(zip(requests, resps, strict=True)):
         reason = _kind(args, ctx.tokenizer)
         instance = doc if i == 0 else f"{doc}:{i}"
-        where = f"{Path(file).name}:{line}:{i}"
+        where = f"{where_of(Path(file).name, line)}:{i}"  # (a seed of response ids)
         if reason == LOGLIKELIHOOD:
             records.append(_loglikelihood(args, answers, run, ctx.tokenizer, file, line,
                                           instance, where, f"resps[{i}]"))
@@ -229,7 +229,7 @@ def _records(requests: list[dict[str, Any]], resps: list[Any], doc: str, run: Ru
         records += [_record(endpoint, body, text, run.model, file, line, instance,
                             f"{where}:{j}", also) for j, text in enumerate(answers)]
     for reason in sorted(skipped):
-        ctx.skip(reason, f"{file}:{line}")
+        ctx.skip(reason, where_of(file, line))
     return records
 
 

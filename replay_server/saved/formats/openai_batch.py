@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import LoadError
+from ...errors import LoadError, where_of
 from ...paths import COMPLETION_PATH, ENDPOINTS
 from ...wire.keys import split_prompts
 from ..record import Record, make_record, split_batch, strip_transport
@@ -34,7 +34,7 @@ class _Input:
 
     @property
     def where(self) -> str:
-        return f"{self.file}:{self.line}"
+        return where_of(self.file, self.line)
 
 
 class OpenAIBatchReader:
@@ -100,7 +100,7 @@ class OpenAIBatchReader:
                               field="custom_id"))
             return
         answered.add(custom_id)
-        where = f"{file}:{line}"
+        where = where_of(file, line)
         if given.url not in ENDPOINTS:
             ctx.skip(f"endpoint not replayed ({given.url})", where)
             return

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from ...errors import LoadError
+from ...errors import LoadError, where_of
 from .base import LoadContext, json_lines
 
 Key = tuple[int, int]
@@ -34,7 +34,7 @@ class Row:
 
     @property
     def where(self) -> str:
-        return f"{self.file}:{self.line}"
+        return where_of(self.file, self.line)
 
     def fail(self, field: str, reason: str) -> LoadError:
         return LoadError(self.file, self.line, reason, field=field)
