@@ -196,15 +196,18 @@ def where_of(file: object, line: object = None, instance: object = None) -> str:
 class LoadError(Exception):
     """A saved file that cannot be read as its format says: `FILE:LINE: field `F`: reason`.
     Every reader raises it for a bad line, so that the user always learns where, which field
-    and why, and `--skip-bad-lines` can count it instead."""
+    and why, and `--skip-bad-lines` can count it instead. `place` names the bad part of a
+    file that has no lines (an inspect_ai sample's model call, a zip member)."""
 
-    def __init__(self, file: str, line: int | None, reason: str, field: str | None = None):
+    def __init__(self, file: str, line: int | None, reason: str, field: str | None = None,
+                 place: str | None = None):
         self.file = file
         self.line = line
         self.reason = reason
         self.field = field
+        self.place = place
         super().__init__(str(self))
 
     def __str__(self) -> str:
         what = f"field `{self.field}`: " if self.field else ""
-        return f"{where_of(self.file, self.line)}: {what}{self.reason}"
+        return f"{where_of(self.file, self.line, self.place)}: {what}{self.reason}"

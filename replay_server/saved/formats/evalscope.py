@@ -47,7 +47,16 @@ import yaml
 from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH
 from ..record import Record, make_record
-from .base import LoadContext, dig, head_keys, json_lines, read_side_file, text_response, usage
+from .base import (
+    LoadContext,
+    dig,
+    head_keys,
+    json_lines,
+    read_rows,
+    read_side_file,
+    text_response,
+    usage,
+)
 
 HARNESS = "evalscope"
 PREDICTION_KEYS = {"index", "model", "model_output", "messages"}
@@ -146,23 +155,17 @@ class _Predictions:
         self.groups: dict[int, tuple[int, dict[str, Any]]] = {}
 
     def records(self) -> Iterator[Record]:
-        read: list[tuple[int, Record]] = []
-        for line, obj in json_lines(self.path, self.ctx):
-            try:
-                found = self._line(line, obj)
-            except LoadError as error:
-                self.ctx.bad(error)
-                continue
-            if found is not None:
-                read.append(found)
-        read.sort(key=lambda item: item[0])
+        read = sorted(read_rows(json_lines(self.path, self.ctx), self._line, self.ctx),
+                      key=lambda item: item[0])
         for _, record in read:
             yield record
 
     def fail(self, line: int, name: str, reason: str) -> LoadError:
         return LoadError(self.file, line, reason, field=name)
 
-    def _line(self, line: int, obj: Any) -> tuple[int, Record] | None:
+    def _line(self, numbered: tuple[int, Any]) -> tuple[int, Record] | None:
+        """(index, record) of one predictions line; None for a line left out (counted)."""
+        line, obj = numbered
         if not isinstance(obj, dict):
             raise LoadError(self.file, line, "expected a JSON object")
         index, model, messages = obj.get("index"), obj.get("model"), obj.get("messages")

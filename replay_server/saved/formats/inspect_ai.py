@@ -36,7 +36,7 @@ import orjson
 from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH, RESPONSES_PATH
 from ..record import Record, make_record
-from .base import LoadContext, synthetic_id, text_response
+from .base import LoadContext, read_rows, synthetic_id, text_response
 from .eval_zip import eval_samples
 
 HARNESS = "inspect_ai"
@@ -106,18 +106,18 @@ def _sample_records(sample: dict[str, Any], file: str, ctx: LoadContext) -> Iter
         for _ in _model_events(retry.get("events") if isinstance(retry, dict) else None):
             ctx.skip("model call of a failed sample attempt (error_retries)",
                      where_of(file, None, f"sample {sample_id!r}, epoch {epoch}"))
-    for n, event in enumerate(_model_events(sample.get("events"))):
-        place = f"sample {sample_id!r}, epoch {epoch}, model call {n}"
+
+    def place(numbered: tuple[int, dict[str, Any]]) -> str:
+        return f"sample {sample_id!r}, epoch {epoch}, model call {numbered[0]}"
+
+    def call(numbered: tuple[int, dict[str, Any]]) -> Record | None:
+        event = numbered[1]
         source = {"harness": HARNESS, "instance": str(sample_id), "epoch": epoch,
                   "event": event.get("uuid")}
-        try:
-            record = _record(event, pool, attachments, source, file,
-                             where_of(file, None, place), ctx)
-        except LoadError as error:
-            ctx.bad(LoadError(file, None, f"{place}: {error.reason}", field=error.field))
-            continue
-        if record is not None:
-            yield record
+        return _record(event, pool, attachments, source, file,
+                       where_of(file, None, place(numbered)), ctx)
+
+    yield from read_rows(enumerate(_model_events(sample.get("events"))), call, ctx, place)
 
 
 def _record(event: dict[str, Any], pool: list[Any], attachments: dict[str, str],

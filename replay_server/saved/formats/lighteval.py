@@ -52,6 +52,7 @@ from .base import (
     LoadContext,
     dig,
     read_json,
+    read_rows,
     strip_litellm_provider,
     synthetic_id,
     text_response,
@@ -159,19 +160,14 @@ class _Details:
         self.seen: dict[str, tuple[int, bytes]] = {}
 
     def records(self) -> Iterator[Record]:
-        for number, row in _rows(self.path, self.ctx):
-            try:
-                record = self._record(number, row)
-            except LoadError as error:
-                self.ctx.bad(error)
-                continue
-            if record is not None:
-                yield record
+        return read_rows(_rows(self.path, self.ctx), self._record, self.ctx)
 
     def fail(self, number: int, name: str, reason: str) -> LoadError:
         return LoadError(self.file, number, reason, field=name)
 
-    def _record(self, number: int, row: dict[str, Any]) -> Record | None:
+    def _record(self, numbered: tuple[int, dict[str, Any]]) -> Record | None:
+        """The record of one details row; None for a row that repeats a doc read already."""
+        number, row = numbered
         doc, answer = row.get("doc") or {}, row.get("model_response") or {}
         doc_id = doc.get("id")
         if doc_id is None:

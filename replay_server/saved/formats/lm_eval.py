@@ -41,6 +41,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ import orjson
 from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH, COMPLETION_PATH
 from ..record import Record, make_record
-from .base import LoadContext, json_lines, synthetic_id, text_response
+from .base import LoadContext, json_lines, read_rows, synthetic_id, text_response
 
 HARNESS = "lm-eval"
 PLACEHOLDER = "LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER"
@@ -145,21 +146,22 @@ def _model_args(value: Any) -> dict[str, Any]:
 def _read_samples(path: Path, task: str, run: Run, ctx: LoadContext) -> Iterator[Record]:
     file = str(path)
     seen: dict[Any, tuple[int, bytes]] = {}
-    for line, row in json_lines(path, ctx):
-        try:
-            arguments, resps = _row(row, file, line)
-            digest = hashlib.blake2b(orjson.dumps([arguments, resps]), digest_size=16).digest()
-            first = seen.setdefault(row["doc_id"], (line, digest))
-            if first != (line, digest):
-                if first[1] != digest:
-                    raise LoadError(file, line, f"doc_id {row['doc_id']} was read at line "
-                                    f"{first[0]} with other arguments or resps", field="resps")
-                ctx.skip(SKIP_DUPLICATE, where_of(file, line))
-                continue
-            yield from _records(arguments, resps, f"{task}:{row['doc_id']}", run, ctx,
-                                file, line)  # a list: a bad row yields nothing
-        except LoadError as error:
-            ctx.bad(error)
+
+    def doc(numbered: tuple[int, Any]) -> list[Record] | None:
+        """The records of one samples row; None for a row that repeats a doc read already."""
+        line, row = numbered
+        arguments, resps = _row(row, file, line)
+        digest = hashlib.blake2b(orjson.dumps([arguments, resps]), digest_size=16).digest()
+        first = seen.setdefault(row["doc_id"], (line, digest))
+        if first != (line, digest):
+            if first[1] != digest:
+                raise LoadError(file, line, f"doc_id {row['doc_id']} was read at line "
+                                f"{first[0]} with other arguments or resps", field="resps")
+            ctx.skip(SKIP_DUPLICATE, where_of(file, line))
+            return None
+        return _records(arguments, resps, f"{task}:{row['doc_id']}", run, ctx, file, line)
+
+    return chain.from_iterable(read_rows(json_lines(path, ctx), doc, ctx))
 
 
 def _row(row: Any, file: str, line: int) -> tuple[list[dict[str, Any]], list[Any]]:
