@@ -197,14 +197,15 @@ def make_record(endpoint: Any, model: Any, request: Any, response: Any, source: 
                     f"expected an object or null, got {_json_type(response)}")
     if endpoint == RESPONSES_PATH:
         reason = _responses_unusable(response, file, line)
-        _check_stream(stream, file, line)
+        if stream is not None:
+            _check_stream(stream, endpoint, response, file, line)
         return Record(endpoint, model, request, response, source, reason, origin=file,
                       also=forms, stream=stream)
     response, reason = _normalise_choices(response, endpoint, file, line, "response.")
     if sample_usage is not None:
         _check_sample_usage(sample_usage, len(response["choices"]), file, line)
     if stream is not None:
-        _check_stream(stream, file, line)
+        _check_stream(stream, endpoint, response, file, line)
     return Record(endpoint, model, request, response, source, reason, sample_usage, file,
                   forms, stream, batch)
 
@@ -401,14 +402,18 @@ def _responses_unusable(response: dict[str, Any], file: str, line: int | None) -
     return None
 
 
-def _check_stream(frames: Any, file: str, line: int | None) -> None:
-    """The saved frames of a recorded stream, checked for shape. That they aggregate to
-    the saved response (a replay sends them as they are) is checked the first time they
-    are served (`stream_mismatch`): aggregating hundreds of frames per record would make
-    loading a big recording many times slower."""
-    if frames is not None and (not isinstance(frames, list) or not frames or not all(
-            isinstance(f, str) and f for f in frames)):
+def _check_stream(frames: Any, endpoint: str, response: dict[str, Any], file: str,
+                  line: int | None) -> None:
+    """The saved frames of a recorded stream: SSE frames (strings) that aggregate to the
+    saved response. A streamed replay sends them as they are, so frames that say another
+    thing than the response are a bad saved line, named when the file is loaded (by every
+    command that reads it), never found out by the first client that streams them."""
+    if not isinstance(frames, list) or not frames or not all(
+            isinstance(f, str) and f for f in frames):
         raise _fail(file, line, "stream", "expected a non-empty list of SSE frames (strings)")
+    why = stream_mismatch(endpoint, "".join(frames).encode(), response)
+    if why is not None:
+        raise _fail(file, line, "stream", why)
 
 
 def stream_mismatch(endpoint: str, frames: bytes, response: dict[str, Any]) -> str | None:

@@ -4,7 +4,10 @@ it (`FILE:LINE: field `F`: reason`), and what a valid line becomes."""
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -22,6 +25,9 @@ from replay_server.saved.record import (
     make_record,
     validate,
 )
+from replay_server.wire import aggregate, streams
+from replay_server.wire.responses import events_for
+from tests.support import ROOT, write_jsonl
 
 
 def chat(n: int = 1, **request: Any) -> dict[str, Any]:
@@ -241,6 +247,64 @@ def test_an_empty_string_a_refusal_reasoning_or_a_tool_call_is_an_answer(
     assert validate(line, "f.jsonl", 7).unusable is None
 
 
+def streamed(text: str, saved: str | None = None) -> dict[str, Any]:
+    """A recorded chat stream of `text`, saved with the body it aggregates to, or with the
+    body of `saved` (its frames left as they were)."""
+    line = changed(chat(), lambda o: o["response"].update(usage=None))
+    line["response"]["choices"][0]["message"] = {"role": "assistant", "content": text}
+    frames = b"".join(streams.chunks(CHAT_PATH, line["response"], False))
+    line["response"] = aggregate.whole(frames, True)
+    line["stream"] = [frames.decode()]
+    if saved is not None:
+        line["response"]["choices"][0]["message"]["content"] = saved
+    return line
+
+
+def responses_streamed(text: str, saved: str) -> dict[str, Any]:
+    line = changed(responses(), lambda o: o["response"]["output"][0]["content"][0].update(
+        text=text))
+    line["stream"] = [f.decode() for f in events_for(line["response"])]
+    line["response"]["output"][0]["content"][0]["text"] = saved
+    return line
+
+
+MISMATCH = ("field `stream`: the saved stream does not aggregate to the saved `response`: a "
+            "streamed replay would send another answer than a plain one")
+
+
+def test_a_recorded_stream_is_saved_with_the_body_it_aggregates_to() -> None:
+    line = streamed("Hello there.")
+    assert validate(copy.deepcopy(line), "f.jsonl", 7).stream == line["stream"]
+    same = responses_streamed("Hello there.", "Hello there.")
+    assert validate(copy.deepcopy(same), "f.jsonl", 7).stream == same["stream"]
+
+
+@pytest.mark.parametrize("line", [streamed("Hello there.", saved="Hello!"),
+                                  responses_streamed("Hello there.", "Hello!")])
+def test_frames_that_say_another_thing_than_the_response_are_a_bad_line(line: Any) -> None:
+    assert error_of(line) == f"f.jsonl:7: {MISMATCH}"
+
+
+def test_frames_that_cannot_be_read_are_a_bad_line() -> None:
+    line = {**streamed("Hello there."), "stream": ["data: {oops\n\n", "data: [DONE]\n\n"]}
+    assert error_of(line).startswith("f.jsonl:7: field `stream`: the saved stream cannot be "
+                                     "read: a stream event is not JSON")
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["index", "-o", "{tmp}/x.index"],
+                                     ["convert", "-o", "{tmp}/x.jsonl"],
+                                     ["serve", "--port", "0"]])
+def test_every_command_names_the_bad_stream_at_load(tmp_path: Path, command: list[str]
+                                                     ) -> None:
+    path = write_jsonl(tmp_path / "run.jsonl", [chat(), streamed("Hello there.", "Hello!")])
+    argv = [command[0], str(path), *(a.format(tmp=tmp_path) for a in command[1:])]
+    done = subprocess.run([sys.executable, "-m", "replay_server", *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert f"{path}:2: {MISMATCH}" in done.stderr
+    assert not list(tmp_path.glob("x.*"))
+
+
 # Random saved lines, mutated from valid ones: each is a record or a LoadError naming the
 # file, the line and the field, never anything else (a TypeError would be a traceback
 # instead of the bad line's name).
@@ -289,7 +353,7 @@ def mutate(obj: Any, data: st.DataObject) -> Any:
     return obj
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)  # (a shared machine: time is no signal)
 @given(st.sampled_from([chat(), chat(2), completion(), completion([1, 2], 3), responses()]),
        st.integers(1, 4), st.data())
 def test_any_line_is_a_record_or_a_precise_error(base: dict[str, Any], mutations: int,
