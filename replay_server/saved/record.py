@@ -47,6 +47,18 @@ MISSING: Any = object()  # stands for a field that is not there at all (null is 
 
 @dataclass(slots=True)
 class Record:
+    """One saved exchange, whatever wrote it: what a client sent and what it was answered.
+
+    Every reader turns its harness's files into these, the recorder saves them, `convert`
+    writes them, and the index reads nothing else: so a harness's quirks end in its reader,
+    and matching, samples and replies are written once, for records. A record is made only
+    by `make_record` (or `validate`, for a saved line), which checks it the same way
+    whoever made it: a bad one is a LoadError naming FILE:LINE and the field, never a
+    record that fails later, at some request. A response that is not an answer (a null
+    text, a failed call) is kept, with `unusable` saying why: the prompt was saved, and a
+    request for it is told so rather than missed.
+    """
+
     endpoint: str
     model: str
     request: dict[str, Any]

@@ -43,7 +43,12 @@ def written_whole(out: Path) -> Iterator[Path]:
 
 
 class RecordWriter:
-    """Appends whole lines to one file, fsynced, with group commit across requests."""
+    """Appends whole lines to one file, fsynced, with group commit across requests.
+
+    One writer holds the file (a lock: a second recorder on it is refused), so that lines
+    never interleave; a line goes to disk before the client sees the end of its answer, so
+    that what a client saw survives a crash; the lines that arrive while one write is on
+    its way go together in the next, so that a busy recorder does not fsync per line."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

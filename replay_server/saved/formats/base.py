@@ -35,6 +35,13 @@ from ..record import Record
 
 
 class Reader(Protocol):
+    """One harness's saved files, read as they are (`formats/*.py`, one module each).
+
+    A reader knows its harness's files and nothing else: it claims them, rebuilds the
+    request the harness sent and the answer it got, and makes records with `make_record`.
+    Everything after (keys, samples, replies) is the same for every harness, so adding a
+    harness is adding a reader."""
+
     name: str
 
     def detect(self, path: Path, head: bytes) -> bool:
@@ -48,6 +55,10 @@ class Reader(Protocol):
 
 @dataclass
 class LoadContext:
+    """How a load goes, and what it met: every reader reports here, so that a bad line
+    stops every load the same way (or, with --skip-bad-lines, is listed), and every row a
+    reader leaves out on purpose is counted with its reason. Nothing is dropped unsaid."""
+
     skip_bad_lines: bool = False
     max_line: int = DEFAULT_MAX_LINE
     # The run's tokenizer (tokens.LocalTokenizer), when the user gave one (--tokenizer):

@@ -87,6 +87,8 @@ class Config:
 
 
 class EvalscopeReader:
+    """evalscope work directories of `openai_api` runs: predictions and the task config."""
+
     name = "evalscope"
 
     def detect(self, path: Path, head: bytes) -> bool:

@@ -48,6 +48,8 @@ NOT_LOGGED = ("model call not saved: call.request missing (inspect logs the firs
 
 
 class InspectAIReader:
+    """inspect_ai logs (`.eval` zips and `.json`): one record per model call."""
+
     name = "inspect_ai"
 
     def detect(self, path: Path, head: bytes) -> bool:

@@ -91,6 +91,8 @@ class Run:
 
 
 class LightevalReader:
+    """lighteval details files (parquet), with the results file that names the model."""
+
     name = "lighteval"
 
     def detect(self, path: Path, head: bytes) -> bool:

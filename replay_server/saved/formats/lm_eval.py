@@ -81,6 +81,8 @@ def _flag(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.strip().lower() == "true")
 
 class LmEvalReader:
+    """lm-evaluation-harness samples files, with the results file beside them."""
+
     name = "lm-eval"
 
     def detect(self, path: Path, head: bytes) -> bool:

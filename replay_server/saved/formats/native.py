@@ -10,6 +10,8 @@ from .base import LoadContext, json_lines, read_rows
 
 
 class NativeReader:
+    """replay-server's own records (`record`, `convert`): read as they are saved."""
+
     name = "native"
 
     def detect(self, path: Path, head: bytes) -> bool:

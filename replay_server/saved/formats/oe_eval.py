@@ -67,6 +67,8 @@ ELEMENTS_MARK = re.compile(r"<<truncated \d+ elements>>")
 
 
 class OeEvalReader:
+    """oe-eval (OLMES) task files: predictions joined to requests on (doc_id, idx)."""
+
     name = "oe-eval"
 
     def detect(self, path: Path, head: bytes) -> bool:

@@ -74,6 +74,8 @@ def _pair(path: Path, kind: str) -> tuple[Path, Path]:
 
 
 class OlmoEvalReader:
+    """olmo-eval run directories: predictions joined to requests on doc_id."""
+
     name = "olmo-eval"
 
     def detect(self, path: Path, head: bytes) -> bool:

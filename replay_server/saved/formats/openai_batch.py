@@ -45,6 +45,8 @@ class _Line:
 
 
 class OpenAIBatchReader:
+    """OpenAI Batch input and output files, joined on custom_id within a group."""
+
     name = "openai-batch"
 
     def detect(self, path: Path, head: bytes) -> bool:

@@ -29,6 +29,8 @@ Key = tuple[int, int]
 
 @dataclass(slots=True)
 class Row:
+    """One JSONL row, with where it was read: its checks fail naming FILE:LINE and field."""
+
     file: str
     line: int
     obj: dict[str, Any]
