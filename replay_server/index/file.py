@@ -26,7 +26,6 @@ followed by its recorded stream's frames when it has some.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -37,6 +36,7 @@ import orjson
 
 from ..errors import LoadError
 from ..paths import CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH
+from ..saved.writer import written_whole
 from ..wire import keys
 from ..wire.responses import RESPONSES
 from .catalog import EMPTY, Catalog, PromptCatalog, SortedCatalog, closest
@@ -159,9 +159,7 @@ def write(loaded: Loaded, out: Path) -> int:
     """Compile a loaded run into `out` (written beside it, then renamed); returns the
     number of prompts."""
     loaded.plan.refuse_output(out)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
+    with written_whole(out) as tmp:
         db = sqlite3.connect(tmp)
         db.executescript(_WRITING + _SCHEMA)
         model_ids = {name: i for i, name in enumerate(sorted(loaded.index.models), start=1)}
@@ -177,10 +175,6 @@ def write(loaded: Loaded, out: Path) -> int:
         db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
         db.commit()
         db.close()
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return sum(len(run.entries) for run in loaded.index.models.values())
 
 

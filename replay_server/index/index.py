@@ -25,9 +25,9 @@ import io
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import BadRequest, ModelNotFound
+from ..errors import BadRequest, ModelNotFound, where_of
 from ..paths import CHAT_PATH, RESPONSES_PATH
-from ..saved.record import Record, where_of
+from ..saved.record import Record
 from ..wire import keys
 from ..wire import responses as openai_responses
 from ..wire.responses import RESPONSES
