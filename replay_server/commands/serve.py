@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import shlex
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,9 +16,7 @@ from ..index import file as index_file
 from ..index.index import Index, prompt_of
 from ..index.loading import load, report_lines
 from ..paths import CHAT_PATH, RESPONSES_PATH
-from ..saved.formats import LoadContext
 from ..saved.loader import Plan
-from ..saved.record import Record
 from ..settings import Settings
 from ..web import workers
 from ..web.app import create_app
@@ -33,20 +31,6 @@ class Opened:
     report: list[str]
     examples: list[tuple[str, str, dict[str, Any]]]  # (endpoint, model, keyed prompt)
     inputs: Plan  # the files it came from: what no output may replace (Plan.refuse_output)
-
-
-class _Unread:
-    """The files of an index file's run among its inputs (`Opened.inputs`): the index
-    file, opened, and the saved files it was built from; neither is read as records."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def detect(self, path: Path, head: bytes) -> bool:
-        return False
-
-    def read(self, files: list[Path], ctx: LoadContext) -> Iterator[Record]:
-        raise LoadError(str(files[0]), None, f"{self.name}: not read as saved records")
 
 
 def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
@@ -69,8 +53,9 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
                for f in index.stale_sources()]
     # the saved files it was built from are the run too: no output may replace them either
     sources = [Path(s["file"]) for s in orjson.loads(index.meta.get("sources", "[]"))]
-    inputs = Plan(groups=[[(_Unread("index file"), [indexes[0]]),
-                           (_Unread("saved file of the index"), sources)]])
+    inputs = Plan()
+    for path in [indexes[0], *sources]:
+        inputs.keep(path)
     return Opened(index, report, index.examples(), inputs)
 
 

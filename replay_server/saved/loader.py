@@ -40,6 +40,16 @@ class Plan:
     inodes: set[tuple[int, int]] = field(default_factory=set)  # theirs (hard links too)
     folders: set[Path] = field(default_factory=set)  # every directory walked, resolved
 
+    def keep(self, path: Path) -> None:
+        """Count `path` among the inputs that no output may replace, though no reader reads
+        it here (an index file, and the saved files it was built from)."""
+        self.seen.add(path.resolve())
+        try:
+            st = path.stat()
+        except OSError:
+            return  # gone: nothing to write over
+        self.inodes.add((st.st_dev, st.st_ino))
+
     @property
     def files(self) -> list[tuple[str, Path]]:
         return [(r.name, p) for g in self.groups for r, ps in g for p in ps]
