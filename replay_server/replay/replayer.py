@@ -1,10 +1,10 @@
 """The replay service: one request body in, one reply out. No HTTP framework in here.
 
 It parses the request (protocol), picks the saved samples for every prompt (index rules),
-and only when every prompt has an answer commits the cursor moves and builds the reply, so
-a failed request never consumes a sample and the match is decided before any byte of a
-stream is sent. It also keeps the counters and the recent misses that the status
-endpoints report, and logs every replay error once.
+makes the reply, and only then commits the cursor moves and counts the hit, so a failed
+request never consumes a sample and the match is decided before any byte of a stream is
+sent. It also keeps the counters and the recent misses that the status endpoints report,
+and logs every replay error once.
 """
 
 from __future__ import annotations
@@ -30,13 +30,15 @@ from .stats import Stats
 log = logging.getLogger(__name__)
 
 SOURCE_HEADER = b"x-replay-source"
-JSON_HEADERS = [(b"content-type", b"application/json")]
-_JSON_TYPE = JSON_HEADERS[0]
+_JSON_TYPE = (b"content-type", b"application/json")
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
 
 @dataclass(slots=True)
 class Reply:
+    """What the web layer sends for an answered request: status 200, these headers (the
+    content type, a length for a body, the saved record's place), this body or stream."""
+
     headers: list[tuple[bytes, bytes]]
     body: bytes
 
@@ -56,6 +58,18 @@ def _header_value(where: str) -> bytes:
 
 
 class Replayer:
+    """The replay service: a request's bytes in, a Reply (or a ReplayServerError) out.
+
+    It holds the index, the rules (`--strict`, `--allow-ambiguous`) and the one piece of
+    replay state, the repeats cursors; it counts and logs every request that gets no saved
+    generation (`Stats`), since some harnesses swallow errors. A request goes one way
+    whatever it asks: parse, select the saved run, choose the samples of every prompt, make
+    the reply, and only then move the cursors and count the hit. A request that fails has
+    moved nothing, and a stream's fate is decided before its first byte is sent. The usual
+    request (one prompt, one whole saved exchange) is the same path in few steps, not a
+    path of its own, so it counts and serves exactly as every other request does.
+    """
+
     def __init__(self, index: Index, rules: Rules) -> None:
         self.index = index
         self.rules = rules
@@ -70,69 +84,48 @@ class Replayer:
         self.stats.reset()
 
     def handle(self, endpoint: str, body: bytes) -> Reply:
-        """The reply to one request, or a ReplayServerError (rendered by the caller)."""
+        """The reply to one request, or a ReplayServerError (counted and logged here, rendered
+        by the caller)."""
+        request, run = self._request(endpoint, body)
+        if endpoint == RESPONSES_PATH:
+            self._key_responses(run, request)
+        moves: list[tuple[Any, int]] = []
+        chosen = [self._select(run, request, i, moves) for i in range(len(request.keys))]
+        sent = [selection for _, selection in chosen]
+        reply = self._reply(run.name, request, sent)
+        # The request is answered: nothing can fail from here on.
+        for cursor_key, value in moves:
+            self.cursors[cursor_key] = value
+        stats = self.stats
+        for entry, selection in chosen:
+            stats.hit(run.name, entry, selection)
+        if stats.tracked is not None:
+            for key, selection in zip(request.keys, sent, strict=True):
+                stats.served(run.name, endpoint, key, selection[0][0].where)
+        return reply
+
+    def _request(self, endpoint: str, body: bytes) -> tuple[protocol.ReplayRequest, ModelRun]:
+        """The parsed request and the saved run its `model` selects."""
         try:
             request = protocol.parse(endpoint, body)
-            run = self.index.select(request.model)
+            return request, self.index.select(request.model)
         except ReplayServerError as error:
             self.count(None, endpoint, error)
             raise
-        if endpoint == RESPONSES_PATH:
-            self._key_responses(run, request)
-        lone = self._lone(run, request)
-        if lone is not None:
-            return self._whole(run, request, lone)
-        moves: list[tuple[Any, int]] = []
-        chosen = [self._select(run, request, i, prompt, moves)
-                  for i, prompt in enumerate(request.prompts)]
-        for cursor_key, value in moves:
-            self.cursors[cursor_key] = value
-        selections = [selection for _, selection in chosen]
-        if request.stream:
-            self._check_frames(run.name, endpoint, selections)
-        for entry, selection in chosen:
-            self.stats.hit(run.name, entry, selection)
-        if self.stats.tracked is not None:
-            for key, (_, selection) in zip(request.keys, chosen, strict=True):
-                self.stats.served(run.name, endpoint, key, selection[0][0].where)
-        headers = [(SOURCE_HEADER, _source_header(selections[0][0][0]))]
+
+    def _reply(self, model: str, request: protocol.ReplayRequest, sent: list[Selection]
+               ) -> Reply:
+        """The reply that sends these samples; a stream's recorded frames are checked first
+        (the last thing that can fail)."""
+        source = (SOURCE_HEADER, _source_header(sent[0][0][0]))
         if not request.stream:
-            body = replies.encode(selections)
-            length = (b"content-length", str(len(body)).encode())
-            return Reply(JSON_HEADERS + [length] + headers, body)
+            body = replies.encode(sent)
+            return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), source], body)
+        self._check_frames(model, request.endpoint, sent)
         # Every event is known at once: one write of all of them (chunked, no length),
         # rather than one per event, which only costs time.
-        return Reply(SSE_HEADERS + headers,
-                     streams.stream(endpoint, selections, request.include_usage))
-
-    def _lone(self, run: ModelRun, request: protocol.ReplayRequest) -> Exchange | None:
-        """The one saved exchange that answers the request whole, when that is all there is
-        to it (the usual, greedy case): one prompt, one sample, saved once, no --strict
-        and no report to keep; else None (the general path decides)."""
-        if len(request.keys) != 1 or request.n != 1 or self.rules.strict \
-                or self.stats.tracked is not None:
-            return None
-        lone = run.entries.get(request.keys[0])
-        return lone if isinstance(lone, Exchange) else None
-
-    def _whole(self, run: ModelRun, request: protocol.ReplayRequest, exchange: Exchange
-               ) -> Reply:
-        """One whole saved exchange answers the request: what `handle` does in general
-        (samples.choose would pick it), in fewer steps, as most requests are this."""
-        if request.stream and exchange.stream is not None:
-            self._check_frames(run.name, request.endpoint, [[(exchange, None)]])
-        stats = self.stats
-        stats.counts[run.name]["hits"] += 1
-        stats.use(run.name, exchange, None)
-        source = exchange.source_header
-        if source is None:
-            source = _source_header(exchange)
-        if request.stream:
-            return Reply([*SSE_HEADERS, (SOURCE_HEADER, source)], streams.stream(
-                request.endpoint, [[(exchange, None)]], request.include_usage))
-        body = exchange.body
-        return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)),
-                      (SOURCE_HEADER, source)], body)
+        return Reply([*SSE_HEADERS, source],
+                     streams.stream(request.endpoint, sent, request.include_usage))
 
     def _check_frames(self, model: str | None, endpoint: str, selections: list[Selection]
                       ) -> None:
@@ -177,13 +170,14 @@ class Replayer:
             raise
 
     def _select(self, run: ModelRun, request: protocol.ReplayRequest, i: int,
-                prompt: dict[str, Any], moves: list[tuple[Any, int]]
-                ) -> tuple[Entry | Exchange, Selection]:
+                moves: list[tuple[Any, int]]) -> tuple[Entry | Exchange, Selection]:
+        """The entry of prompt i and the samples chosen for it; the cursor move it needs,
+        if any, is added to `moves` (committed once the whole request is answered)."""
         key = request.keys[i]
         try:
             entry = run.entries.get(key)
             if entry is None:
-                raise self._no_match(run.name, request, prompt)
+                raise self._no_match(run.name, request, request.prompts[i])
             cursors = ChainMap(dict(moves), self.cursors) if moves else self.cursors
             params = request.params() if self.rules.strict else b""
             selection, move = choose(entry, request.n, params, request.data.get("seed"),
@@ -221,8 +215,7 @@ class Replayer:
             return Reply(SSE_HEADERS + headers,
                          streams.stream(RESPONSES_PATH, [[(exchange, None)]], False))
         body = exchange.body
-        return Reply(JSON_HEADERS + [(b"content-length", str(len(body)).encode())] + headers,
-                     body)
+        return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers], body)
 
     def count(self, model: str | None, endpoint: str, error: ReplayServerError) -> None:
         """Count and log, once, a request that gets no saved generation."""
