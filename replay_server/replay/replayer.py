@@ -20,7 +20,7 @@ import orjson
 
 from ..errors import Ambiguous, NoMatch, NotFound, ReplayError, ReplayServerError, Unusable
 from ..index.index import Entry, Exchange, Index, ModelRun, Selection, entry_of
-from ..index.samples import Rules, choose
+from ..index.samples import Rules, choose, streamed
 from ..paths import CHAT_PATH, RESPONSES_PATH
 from ..saved.record import stream_mismatch
 from ..wire import keys, protocol, replies, streams
@@ -92,6 +92,8 @@ class Replayer:
         moves: list[tuple[Any, int]] = []
         chosen = [self._select(run, request, i, moves) for i in range(len(request.keys))]
         sent = [selection for _, selection in chosen]
+        if request.stream and len(sent) == 1:
+            sent[0] = streamed(chosen[0][0], sent[0], self.rules.strict)
         reply = self._reply(run.name, request, sent)
         # The request is answered: nothing can fail from here on.
         for cursor_key, value in moves:

@@ -95,3 +95,58 @@ def test_a_failed_request_uses_no_sample_and_counts_no_hit() -> None:
         ask(r, "q", stream=True)
     assert r.stats.used == {} and r.stats.counts[MODEL]["hits"] == 0
     assert r.stats.counts[MODEL]["replay_unusable"] == 1
+
+
+# ------------------------------------------------------------------ recorded frames
+
+
+@pytest.mark.parametrize("streamed_first", [False, True])
+@pytest.mark.parametrize("files", [1, 2])  # one instance of two exchanges, or two instances
+def test_a_stream_gets_the_recorded_frames_of_its_generation(streamed_first: bool,
+                                                             files: int) -> None:
+    """A run recorded once unstreamed, once streamed: the same generation twice under one
+    key. A streamed request gets the recorded frames byte for byte, whichever came first;
+    a plain one gets a saved body."""
+    streamed = streamed_record("Hello world", line=2 if not streamed_first else 1,
+                               file="b.jsonl" if files == 2 else "saved.jsonl")
+    plain = plain_twin(streamed, line=1 if not streamed_first else 2)
+    r = replayer([streamed, plain] if streamed_first else [plain, streamed])
+    for _ in range(3):  # the uniform case: stateless, any number of times
+        assert ask(r, "q", stream=True) == joined(streamed)
+    assert texts(ask(r, "q")) == ["Hello world"]
+    assert r.stats.unused(MODEL) == 0
+
+
+def test_n_streamed_samples_get_the_recording_of_those_samples() -> None:
+    """n=2, two instances that saved the same two samples, the second recorded streamed."""
+    streamed = streamed_record("Hi", "Hi", file="b.jsonl")
+    assert streamed.response is not None
+    plain = chat_record("q", {**streamed.response, "id": "chatcmpl-plain"}, file="a.jsonl")
+    r = replayer([plain, streamed])
+    assert ask(r, "q", n=2, stream=True) == joined(streamed)
+
+
+def test_samples_served_one_by_one_get_the_recording_of_the_same_generation() -> None:
+    """The cursor case: samples a (unstreamed), b, a (streamed), in saved order. Each call
+    moves the cursor by one; a streamed call whose sample's generation was also recorded
+    streamed gets those frames."""
+    streamed = streamed_record("a", line=3)
+    assert streamed.response is not None
+    records = [plain_twin(streamed, line=1),
+               chat_record("q", {**streamed.response, "id": "chatcmpl-b", "choices": [
+                   {**streamed.response["choices"][0],
+                    "message": {"role": "assistant", "content": "b"}}]}, line=2),
+               streamed]
+    r = replayer(records)
+    assert ask(r, "q", stream=True) == joined(streamed)
+    assert ask(r, "q", stream=True).startswith(b'data: {"id":"chatcmpl-b"')  # made up
+    assert ask(r, "q", stream=True) == joined(streamed)
+    with pytest.raises(errors.Exhausted):
+        ask(r, "q", stream=True)
+    assert r.stats.unused(MODEL) == 0
+
+
+def test_a_plain_request_still_gets_the_saved_sample_in_order() -> None:
+    streamed = streamed_record("Hello world", line=1)
+    r = replayer([streamed, plain_twin(streamed, line=2)])
+    assert orjson.loads(ask(r, "q"))["id"] == "chatcmpl-recorded"
