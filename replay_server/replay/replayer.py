@@ -4,7 +4,7 @@ It parses the request (protocol), picks the saved samples for every prompt (inde
 makes the reply, and only then commits the cursor moves and counts the hit, so a failed
 request never consumes a sample and the match is decided before any byte of a stream is
 sent. It also keeps the counters and the recent misses that the status endpoints report,
-and logs every replay error once.
+and logs once every request that gets no saved generation.
 """
 
 from __future__ import annotations
@@ -49,6 +49,16 @@ def _source_header(exchange: Exchange) -> bytes:
     if value is None:
         value = exchange.source_header = _header_value(exchange.where)
     return value
+
+
+def _named_model(body: bytes) -> str | None:
+    """The model that a request which could not be parsed names, if it names one."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) else None
 
 
 def _header_value(where: str) -> bytes:
@@ -108,11 +118,13 @@ class Replayer:
 
     def _request(self, endpoint: str, body: bytes) -> tuple[protocol.ReplayRequest, ModelRun]:
         """The parsed request and the saved run its `model` selects."""
+        request = None
         try:
             request = protocol.parse(endpoint, body)
             return request, self.index.select(request.model)
         except ReplayServerError as error:
-            self.count(None, endpoint, error)
+            asked = request.model if request is not None else _named_model(body)
+            self.count(None, endpoint, error, asked)
             raise
 
     def _reply(self, model: str, request: protocol.ReplayRequest, sent: list[Selection]
@@ -123,14 +135,14 @@ class Replayer:
         if not request.stream:
             body = replies.encode(sent)
             return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), source], body)
-        self._check_frames(model, request.endpoint, sent)
+        self._check_frames(model, request.endpoint, sent, request.model)
         # Every event is known at once: one write of all of them (chunked, no length),
         # rather than one per event, which only costs time.
         return Reply([*SSE_HEADERS, source],
                      streams.stream(request.endpoint, sent, request.include_usage))
 
-    def _check_frames(self, model: str | None, endpoint: str, selections: list[Selection]
-                      ) -> None:
+    def _check_frames(self, model: str | None, endpoint: str, selections: list[Selection],
+                      asked: str | None = None) -> None:
         """Recorded frames are served only if they aggregate to the saved response (checked
         once per exchange, the first time it is streamed: see records.stream_mismatch)."""
         exchange = streams.recorded(selections)
@@ -142,7 +154,7 @@ class Replayer:
         if why is not None:
             error = Unusable(f"this prompt was saved, but its saved stream cannot be replayed: "
                              f"{why} (saved at {exchange.where})")
-            self.count(model, endpoint, error)
+            self.count(model, endpoint, error, asked)
             raise error
         self._frames_ok.add(exchange.start)
 
@@ -168,7 +180,7 @@ class Replayer:
                 previous = orjson.loads(saved.previous)
             protocol.responses_key(request, previous)
         except ReplayServerError as error:
-            self.count(run.name, request.endpoint, error)
+            self.count(run.name, request.endpoint, error, request.model)
             raise
 
     def _select(self, run: ModelRun, request: protocol.ReplayRequest, i: int,
@@ -188,7 +200,7 @@ class Replayer:
             if len(request.prompts) > 1:
                 error.message = f"prompt {i} of {len(request.prompts)}: {error.message}"
             error.detail.setdefault("prompt", key.hex())
-            self.count(run.name, request.endpoint, error)
+            self.count(run.name, request.endpoint, error, request.model)
             raise
         if move is not None:
             moves.append(move)
@@ -219,14 +231,25 @@ class Replayer:
         body = exchange.body
         return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers], body)
 
-    def count(self, model: str | None, endpoint: str, error: ReplayServerError) -> None:
-        """Count and log, once, a request that gets no saved generation."""
+    def count(self, model: str | None, endpoint: str, error: ReplayServerError,
+              asked: str | None = None) -> None:
+        """Count and log, once, a request that gets no saved generation: `model` is the
+        saved run it selected (None: none), `asked` the model the request named.
+
+        Every such request is one line at WARNING (`run` fails on each of them), naming the
+        model asked for (`-` when the request named none, or was not read): `replay error
+        CODE` for a replay decision (the `replay_*` codes), `request error STATUS` for any
+        other error (a malformed request, an unknown model or route, a wrong method, a body
+        too large, a missing API key)."""
         self.stats.error(model, endpoint, error, **error.detail)
-        level = logging.INFO if error.status == 400 else logging.WARNING
+        named = asked or model or "-"
+        if asked and model and asked != model:
+            named = f"{asked} (saved model {model})"
+        kind = f"replay error {error.code}" if isinstance(error, ReplayError) \
+            else f"request error {error.status}"
         quoted = error.detail.get("difference_quoted")
-        log.log(level, "replay error %s model=%s %s: %s%s", error.code or error.status, model,
-                endpoint, error.message.replace("\n", " "),
-                f" [{quoted}]" if quoted else "")
+        log.warning("%s model=%s %s: %s%s", kind, named, endpoint,
+                    error.message.replace("\n", " "), f" [{quoted}]" if quoted else "")
 
     def _no_match(self, model: str, request: protocol.ReplayRequest,
                   prompt: dict[str, Any]) -> NoMatch:

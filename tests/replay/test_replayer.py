@@ -1,11 +1,14 @@
 """The replay service's request path (`Replayer.handle`): what a request gets, what it
-moves and counts."""
+moves and counts, and what is logged when it gets no saved generation."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
@@ -14,6 +17,8 @@ from replay_server.index.samples import Rules
 from replay_server.paths import CHAT_PATH
 from replay_server.replay.replayer import Replayer
 from replay_server.saved.record import Record, validate
+from replay_server.settings import Settings
+from replay_server.web.app import create_app
 from replay_server.wire import aggregate
 from tests.support import MODEL, build, chat_record, chat_response, user
 
@@ -150,3 +155,65 @@ def test_a_plain_request_still_gets_the_saved_sample_in_order() -> None:
     streamed = streamed_record("Hello world", line=1)
     r = replayer([streamed, plain_twin(streamed, line=2)])
     assert orjson.loads(ask(r, "q"))["id"] == "chatcmpl-recorded"
+
+
+# ------------------------------------------------------------------ the log
+
+
+def _logged(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "replay_server.replay.replayer"]
+
+
+@pytest.mark.parametrize("body, code, model", [
+    ({"model": MODEL, "messages": user("unsaved")}, "replay_no_match", MODEL),
+    ({"model": "gpt-unknown", "messages": user("q")}, "404", "gpt-unknown"),
+    ({"model": "gpt-unknown", "messages": "not a list"}, "400", "gpt-unknown"),
+    ({"model": "alias", "messages": user("unsaved")}, "replay_no_match", "alias"),
+])
+def test_a_request_that_gets_no_saved_generation_is_logged_once_naming_its_model(
+        caplog: pytest.LogCaptureFixture, body: dict[str, Any], code: str, model: str
+) -> None:
+    """One line, at one level (WARNING) whatever went wrong, naming the model the request
+    asked for (an unknown one too)."""
+    r = replayer([chat_record("q", chat_response("a"))], alias=MODEL)
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(errors.ReplayServerError):
+        r.handle(CHAT_PATH, orjson.dumps(body))
+    [line] = _logged(caplog)
+    assert line.levelno == logging.WARNING
+    assert f"model={model} " in line.getMessage() and code in line.getMessage()
+
+
+def test_only_replay_decisions_are_logged_as_replay_errors(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Through the app: a wrong method (405), an unknown route or model (404) is a request
+    error; a miss is a replay error (one of the `replay_*` decisions). One level for all."""
+    app = create_app(Settings(), build([chat_record("q", chat_response("a"))]))
+    caplog.set_level(logging.DEBUG)
+
+    async def send() -> list[int]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app),
+                                     base_url="http://replay") as client:
+            answers = [await client.get(CHAT_PATH), await client.post("/v1/nothing", json={}),
+                       await client.post(CHAT_PATH, json={"model": "nope",
+                                                          "messages": user("q")}),
+                       await client.post(CHAT_PATH, json={"model": MODEL,
+                                                          "messages": user("unsaved")})]
+        return [a.status_code for a in answers]
+
+    assert asyncio.run(send()) == [405, 404, 404, 400]
+    lines = [line.getMessage() for line in _logged(caplog)]
+    assert [m.split(" model=")[0] for m in lines] == [
+        "request error 405", "request error 404", "request error 404",
+        "replay error replay_no_match"]
+    assert [m.split(" ")[3] for m in lines] == ["model=-", "model=-", "model=nope",
+                                                f"model={MODEL}"]
+    assert {line.levelno for line in _logged(caplog)} == {logging.WARNING}
+
+
+def test_an_answered_request_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    r = replayer([chat_record("q", chat_response("a"))])
+    caplog.set_level(logging.DEBUG)
+    ask(r, "q")
+    ask(r, "q", stream=True)
+    assert _logged(caplog) == []
