@@ -99,8 +99,7 @@ class Replayer:
         request, run = self._request(endpoint, body)
         if endpoint == RESPONSES_PATH:
             self._key_responses(run, request)
-        moves: list[tuple[Any, int]] = []
-        chosen = [self._select(run, request, i, moves) for i in range(len(request.keys))]
+        chosen, moves = self._choose(run, request)
         sent = [selection for _, selection in chosen]
         if request.stream and len(sent) == 1:
             sent[0] = streamed(chosen[0][0], sent[0], self.rules.strict)
@@ -183,28 +182,34 @@ class Replayer:
             self.count(run.name, request.endpoint, error, request.model)
             raise
 
-    def _select(self, run: ModelRun, request: protocol.ReplayRequest, i: int,
-                moves: list[tuple[Any, int]]) -> tuple[Entry | Exchange, Selection]:
-        """The entry of prompt i and the samples chosen for it; the cursor move it needs,
-        if any, is added to `moves` (committed once the whole request is answered)."""
-        key = request.keys[i]
+    def _choose(self, run: ModelRun, request: protocol.ReplayRequest
+                ) -> tuple[list[tuple[Entry | Exchange, Selection]], list[tuple[Any, int]]]:
+        """Each prompt's entry and the samples chosen for it, and the cursor moves they need
+        (committed by the caller, once the whole request is answered)."""
+        chosen: list[tuple[Entry | Exchange, Selection]] = []
+        moves: list[tuple[Any, int]] = []
+        rules, entries, keys_ = self.rules, run.entries, request.keys
+        i = 0
         try:
-            entry = run.entries.get(key)
-            if entry is None:
-                raise self._no_match(run.name, request, request.prompts[i])
-            cursors = ChainMap(dict(moves), self.cursors) if moves else self.cursors
-            params = request.params() if self.rules.strict else b""
-            selection, move = choose(entry, request.n, params, request.data.get("seed"),
-                                     self.rules, cursors, (run.name, key))
+            params = request.params() if rules.strict else b""
+            seed = request.data.get("seed")
+            for i, key in enumerate(keys_):
+                entry = entries.get(key)
+                if entry is None:
+                    raise self._no_match(run.name, request, request.prompts[i])
+                cursors = ChainMap(dict(moves), self.cursors) if moves else self.cursors
+                selection, move = choose(entry, request.n, params, seed, rules, cursors,
+                                         (run.name, key))
+                if move is not None:
+                    moves.append(move)
+                chosen.append((entry, selection))
         except ReplayError as error:
-            if len(request.prompts) > 1:
-                error.message = f"prompt {i} of {len(request.prompts)}: {error.message}"
-            error.detail.setdefault("prompt", key.hex())
+            if len(keys_) > 1:
+                error.message = f"prompt {i} of {len(keys_)}: {error.message}"
+            error.detail.setdefault("prompt", keys_[i].hex())
             self.count(run.name, request.endpoint, error, request.model)
             raise
-        if move is not None:
-            moves.append(move)
-        return entry, selection
+        return chosen, moves
 
     def retrieve(self, response_id: str, stream: bool) -> Reply:
         """GET /v1/responses/{id}: a saved Responses answer by its id (as the server that
