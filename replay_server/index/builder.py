@@ -26,7 +26,7 @@ from ..saved.record import Record
 from ..wire import keys
 from ..wire import responses as openai_responses
 from . import heap
-from .catalog import Catalog, PromptCatalog, SortedCatalog
+from .catalog import Catalog, ListCatalog
 from .index import Bodies, Entry, Exchange, Index, ModelRun, SavedResponse, kind_of, prompt_of
 from .samples import settle
 
@@ -193,17 +193,14 @@ class Builder:
         run.entries[key] = entry
         return entry
 
-    def build(self, aliases: dict[str, str] | None = None, compress: bool = True) -> Index:
-        """The index of every record added. Its prompt catalogs are compressed (a server
-        holds them) unless `compress` is false (`replay-server index` writes them out at
-        once: nearest.SortedCatalog)."""
+    def build(self, aliases: dict[str, str] | None = None) -> Index:
+        """The index of every record added, with a prompt catalog per model and kind."""
         self._add_continuing()
-        catalog = Catalog.build if compress else SortedCatalog
-        catalogs: dict[tuple[str, str], PromptCatalog] = {
-            place: catalog(saved) for place, saved in self._prompts.items()}
+        catalogs: dict[tuple[str, str], Catalog] = {
+            place: ListCatalog(saved) for place, saved in self._prompts.items()}
         self._prompts = {}
-        # The uncompressed prompts were freed between objects that stay: their memory goes
-        # back to the system.
+        # Loading freed far more than it keeps (the parsed records), between objects that
+        # stay: that memory goes back to the system.
         heap.trim()
         self._bodies.freeze()
         for run in self._models.values():

@@ -16,7 +16,7 @@ a request's `previous_response_id` is keyed by the conversation that id names, a
 
 Which saved samples answer a request is decided in `samples.py`; this module only holds
 and builds the data. The index is immutable once built; the cursors live with the caller.
-Each model also keeps a catalog of its saved prompts for miss diagnostics (`nearest`).
+Each model also keeps a catalog of its saved prompts for miss diagnostics (`catalog.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ..saved.record import Record, where_of
 from ..wire import keys
 from ..wire import responses as openai_responses
 from ..wire.responses import RESPONSES
-from .catalog import EMPTY, PromptCatalog
+from .catalog import EMPTY, Catalog
 
 
 class Bodies:
@@ -181,7 +181,7 @@ Selection = list[tuple[Exchange, int | None]]
 
 class Index:
     def __init__(self, models: dict[str, ModelRun], aliases: dict[str, str] | None = None,
-                 catalogs: dict[tuple[str, str], PromptCatalog] | None = None):
+                 catalogs: dict[tuple[str, str], Catalog] | None = None):
         self.models = models
         self.aliases = dict(aliases or {})
         self.catalogs = catalogs or {}
@@ -208,7 +208,7 @@ class Index:
             raise ModelNotFound(model, sorted(self.models))
         return run
 
-    def catalog(self, model: str, kind: str) -> PromptCatalog:
+    def catalog(self, model: str, kind: str) -> Catalog:
         """The saved prompts of one model and endpoint kind, for miss diagnostics."""
         return self.catalogs.get((model, kind), EMPTY)
 
