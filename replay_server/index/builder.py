@@ -32,6 +32,10 @@ from .samples import settle
 
 
 class Builder:
+    """Saved records in, one Index out: `add` each record as the readers give it (in
+    saved order, which is the order of each instance's samples), then `build` once. Every
+    way saved records become an index (serve, inspect, index, run) goes through it, so
+    that instance identity, the lone-exchange form and the catalog are decided once."""
 
     def __init__(self) -> None:
         self._models: dict[str, ModelRun] = {}
@@ -235,7 +239,7 @@ def _carries_usage(frames: list[str]) -> bool:
 def _keyed(kind: str, request: dict[str, Any]) -> dict[str, Any]:
     """The keyed prompt of another form of a saved request (`Record.also`)."""
     found = keys.prompts(kind, request)
-    assert found is not None and len(found) == 1  # records.make_record checked it
+    assert found is not None and len(found) == 1  # saved.record.make_record checked it
     return found[0]
 
 

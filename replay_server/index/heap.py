@@ -29,6 +29,6 @@ _TRIM = _malloc_trim()
 
 
 def trim() -> None:
-    """Return the freed pages of the heap to the system (some 20 ms for a heap of 400 MB)."""
+    """Return the freed pages of the heap to the system."""
     if _TRIM is not None:
         _TRIM(0)

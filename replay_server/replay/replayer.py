@@ -143,7 +143,7 @@ class Replayer:
     def _check_frames(self, model: str | None, endpoint: str, selections: list[Selection],
                       asked: str | None = None) -> None:
         """Recorded frames are served only if they aggregate to the saved response (checked
-        once per exchange, the first time it is streamed: see records.stream_mismatch)."""
+        once per exchange, the first time it is streamed: see saved.record.stream_mismatch)."""
         exchange = streams.recorded(selections)
         if exchange is None or exchange.start in self._frames_ok:
             return
@@ -159,7 +159,7 @@ class Replayer:
 
     def _key_responses(self, run: ModelRun, request: protocol.ReplayRequest) -> None:
         """Key a Responses request; `previous_response_id` by the conversation that the
-        model's saved response of that id holds (`openai_responses.keyed_input`)."""
+        model's saved response of that id holds (`wire.responses.keyed_input`)."""
         previous = None
         response_id = request.data.get("previous_response_id")
         try:
