@@ -19,12 +19,12 @@ from urllib.parse import quote
 import orjson
 
 from ..errors import Ambiguous, NoMatch, NotFound, ReplayError, ReplayServerError, Unusable
-from ..index.index import Entry, Exchange, Index, ModelRun, Selection, entry_of
+from ..index.index import Entry, Exchange, Index, ModelRun, Selection
 from ..index.samples import Rules, choose, streamed
-from ..paths import CHAT_PATH, RESPONSES_PATH
+from ..paths import RESPONSES_PATH
 from ..saved.record import stream_mismatch
 from ..wire import keys, protocol, replies, streams
-from ..wire.difference import first_difference, system_variants
+from .miss import no_match
 from .stats import Stats
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,8 @@ class Replayer:
             for i, key in enumerate(keys_):
                 entry = entries.get(key)
                 if entry is None:
-                    raise self._no_match(run.name, request, request.prompts[i])
+                    raise no_match(self.index, run.name, request.endpoint,
+                                   request.prompts[i])
                 cursors = ChainMap(dict(moves), self.cursors) if moves else self.cursors
                 selection, move = choose(entry, request.n, params, seed, rules, cursors,
                                          (run.name, key))
@@ -255,45 +256,6 @@ class Replayer:
         quoted = error.detail.get("difference_quoted")
         log.warning("%s model=%s %s: %s%s", kind, named, endpoint,
                     error.message.replace("\n", " "), f" [{quoted}]" if quoted else "")
-
-    def _no_match(self, model: str, request: protocol.ReplayRequest,
-                  prompt: dict[str, Any]) -> NoMatch:
-        """The miss error: where the nearest saved prompt first differs, said without
-        quoting prompt text (the quotes go to the detail: /replay/misses, log, report)."""
-        what = {CHAT_PATH: "messages", RESPONSES_PATH: "input"}.get(request.endpoint, "prompt")
-        message = f"no saved generation for this prompt (model `{model}`, {request.endpoint})."
-        found = self.index.catalog(model, prompt["kind"]).nearest(keys.canonical(prompt))
-        detail: dict[str, Any] = {"nearest": None, "difference": None}
-        if found is None:
-            message += f" Model `{model}` has no saved prompt for this endpoint."
-        else:
-            saved, where = self._same_doc(model, prompt, found[0]) or found
-            difference = first_difference(prompt, saved)
-            detail = {"nearest": where, "difference": difference.describe(),
-                      "difference_quoted": difference.describe(quote=True),
-                      "difference_group": difference.group(),
-                      "first_difference": difference.to_json()}
-            message += f" Nearest saved prompt: {where}; first difference: " \
-                       f"{difference.describe()}."
-        message += (" Check that the harness, task, prompt template and chat template match "
-                    "the saved run; `replay-server inspect` lists what is saved.")
-        error = NoMatch(message, param=what)
-        error.detail = detail
-        return error
-
-    def _same_doc(self, model: str, asked: dict[str, Any], near: dict[str, Any]
-                  ) -> tuple[dict[str, Any], str] | None:
-        """The saved prompt that is the request but for its leading system message (added,
-        left out or reworded: the commonest template drift), when there is one. The nearest
-        prompt by prefix is then another document that happens to share the system text;
-        this one is the same document, so the miss says what really differs."""
-        for variant in system_variants(asked, near):
-            value = self.index.select(model).entries.get(keys.key_of(variant))
-            if value is not None:
-                entry = entry_of(value)
-                instance = (entry.instances or entry.unusable)[0]
-                return variant, instance.where
-        return None
 
     def models_body(self) -> bytes:
         return orjson.dumps(protocol.models_body(sorted(self.index.models), int(self.started)))
