@@ -54,12 +54,13 @@ def frames_of(*texts: str, chunk_id: str = "chatcmpl-recorded") -> list[str]:
 
 
 def streamed_record(text: str, *texts: str, line: int = 1, file: str = "saved.jsonl",
-                    instance: Any = None) -> Record:
+                    instance: Any = None, **request: Any) -> Record:
     """A record of a streamed exchange: its frames and the body they add up to."""
     frames = frames_of(text, *texts)
     body = aggregate.whole("".join(frames).encode(), True)
     return validate({"replay_record": 1, "endpoint": CHAT_PATH, "model": MODEL,
-                     "request": {"model": MODEL, "messages": user("q")}, "response": body,
+                     "request": {"model": MODEL, "messages": user("q"), **request},
+                     "response": body,
                      "stream": frames,
                      "source": {"file": file, "line": line, "instance": instance}}, file, line)
 
@@ -149,6 +150,17 @@ def test_samples_served_one_by_one_get_the_recording_of_the_same_generation() ->
     with pytest.raises(errors.Exhausted):
         ask(r, "q", stream=True)
     assert r.stats.unused(MODEL) == 0
+
+
+def test_strict_mode_sends_only_a_recording_saved_with_the_same_parameters() -> None:
+    streamed = streamed_record("Hello world", line=2, temperature=1.0)
+    assert streamed.response is not None
+    plain = chat_record("q", {**streamed.response, "id": "chatcmpl-plain"}, line=1,
+                        temperature=0.0)
+    r = replayer([plain, streamed], Rules(strict=True))
+    made_up = ask(r, "q", stream=True, temperature=0.0)
+    assert made_up != joined(streamed) and made_up.startswith(b'data: {"id":"chatcmpl-plain"')
+    assert ask(r, "q", stream=True, temperature=1.0) == joined(streamed)
 
 
 def test_a_plain_request_still_gets_the_saved_sample_in_order() -> None:
