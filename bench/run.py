@@ -433,7 +433,7 @@ def throughput(run: Path, rounds: int, seconds: int,
 _PARSE = "import orjson,sys,time\nt=time.perf_counter()\nn=0\n" \
          "with open(sys.argv[1],'rb') as f:\n    for line in f: orjson.loads(line); n+=1\n" \
          "print(n, time.perf_counter()-t)"
-_LOAD = "import sys,time,gc\nfrom replay_server.loader import load\n" \
+_LOAD = "import sys,time,gc\nfrom replay_server.index.loading import load\n" \
         "base=int(open('/proc/self/statm').read().split()[1])*4096\n" \
         "t=time.perf_counter()\nl=load([sys.argv[1]],progress=False)\n" \
         "dt=time.perf_counter()-t\ngc.collect()\n" \
@@ -753,7 +753,7 @@ def report(t: Throughput | None, index: list[dict[str, Any]], args: argparse.Nam
     if index:
         lines += ["", "## Index: load, memory, first answer", "",
                   "Synthetic runs of chat and completion records (bench/gen_run.py). Load: "
-                  "`replay_server.loader.load` in process vs orjson parsing the same lines. "
+                  "`replay_server.index.loading.load` in process vs orjson parsing the same lines. "
                   "`index` s: wall time of `replay-server index` (a Python process start "
                   "included), run with a counter of the bytes it reads from the saved file "
                   "(every open of it, by any means, is counted too: an audit hook); its 2 "

@@ -26,12 +26,16 @@ from ..saved.record import Record
 from ..wire import keys
 from ..wire import responses as openai_responses
 from . import heap
-from .catalog import Catalog, PromptCatalog, SortedCatalog
+from .catalog import Catalog, ListCatalog
 from .index import Bodies, Entry, Exchange, Index, ModelRun, SavedResponse, kind_of, prompt_of
 from .samples import settle
 
 
 class Builder:
+    """Saved records in, one Index out: `add` each record as the readers give it (in
+    saved order, which is the order of each instance's samples), then `build` once. Every
+    way saved records become an index (serve, inspect, index, run) goes through it, so
+    that instance identity, the lone-exchange form and the catalog are decided once."""
 
     def __init__(self) -> None:
         self._models: dict[str, ModelRun] = {}
@@ -193,17 +197,14 @@ class Builder:
         run.entries[key] = entry
         return entry
 
-    def build(self, aliases: dict[str, str] | None = None, compress: bool = True) -> Index:
-        """The index of every record added. Its prompt catalogs are compressed (a server
-        holds them) unless `compress` is false (`replay-server index` writes them out at
-        once: nearest.SortedCatalog)."""
+    def build(self, aliases: dict[str, str] | None = None) -> Index:
+        """The index of every record added, with a prompt catalog per model and kind."""
         self._add_continuing()
-        catalog = Catalog.build if compress else SortedCatalog
-        catalogs: dict[tuple[str, str], PromptCatalog] = {
-            place: catalog(saved) for place, saved in self._prompts.items()}
+        catalogs: dict[tuple[str, str], Catalog] = {
+            place: ListCatalog(saved) for place, saved in self._prompts.items()}
         self._prompts = {}
-        # The uncompressed prompts were freed between objects that stay: their memory goes
-        # back to the system.
+        # Loading freed far more than it keeps (the parsed records), between objects that
+        # stay: that memory goes back to the system.
         heap.trim()
         self._bodies.freeze()
         for run in self._models.values():
@@ -238,7 +239,7 @@ def _carries_usage(frames: list[str]) -> bool:
 def _keyed(kind: str, request: dict[str, Any]) -> dict[str, Any]:
     """The keyed prompt of another form of a saved request (`Record.also`)."""
     found = keys.prompts(kind, request)
-    assert found is not None and len(found) == 1  # records.make_record checked it
+    assert found is not None and len(found) == 1  # saved.record.make_record checked it
     return found[0]
 
 

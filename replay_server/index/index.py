@@ -16,7 +16,7 @@ a request's `previous_response_id` is keyed by the conversation that id names, a
 
 Which saved samples answer a request is decided in `samples.py`; this module only holds
 and builds the data. The index is immutable once built; the cursors live with the caller.
-Each model also keeps a catalog of its saved prompts for miss diagnostics (`nearest`).
+Each model also keeps a catalog of its saved prompts for miss diagnostics (`catalog.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ..saved.record import Record
 from ..wire import keys
 from ..wire import responses as openai_responses
 from ..wire.responses import RESPONSES
-from .catalog import EMPTY, PromptCatalog
+from .catalog import EMPTY, Catalog
 
 
 class Bodies:
@@ -77,6 +77,12 @@ class Bodies:
 
 @dataclass(slots=True)
 class Exchange:
+    """One saved response (a native record), as the index keeps it: where its body lies in
+    the index's one `Bodies` buffer (not a bytes object of its own: a million of them would
+    fragment the heap), its number of choices, where it was saved, the sampling parameters
+    `--strict` compares, and a recorded stream's frames. `start` is its identity: the used
+    samples and the checked recordings are remembered by it."""
+
     bodies: Bodies
     start: int
     size: int
@@ -115,6 +121,11 @@ class Exchange:
 
 @dataclass(slots=True)
 class Instance:
+    """What one eval instance saved for a prompt: its exchanges in saved order (its
+    samples), or why its saved answer cannot be replayed. A request is answered from one
+    instance's samples, never from several mixed: one instance's answer served to another
+    is what corrupts scores."""
+
     where: str
     exchanges: list[Exchange] = field(default_factory=list)
     unusable: str | None = None
@@ -133,6 +144,12 @@ class Instance:
 
 @dataclass(slots=True)
 class Entry:
+    """Every instance saved under one key: the usable ones apart from the unusable (which
+    never block a usable one, and turn a miss into the more precise `replay_unusable`);
+    whether every saved sample is the same generation (`uniform`: then any of them answers,
+    statelessly, as in the greedy case); the samples by seed, where each has its own.
+    `samples.choose` reads it; nothing here decides which sample answers."""
+
     instances: list[Instance] = field(default_factory=list)
     unusable: list[Instance] = field(default_factory=list)
     uniform: bool = True
@@ -163,7 +180,7 @@ class ModelRun:
     samples: int = 0
     unusable_records: int = 0
     # Responses API: saved response id -> what a request continuing it puts before its
-    # input (`openai_responses.previous_of`, canonical JSON) and the saved exchange; None
+    # input (`wire.responses.previous_of`, canonical JSON) and the saved exchange; None
     # when two saved conversations share the id.
     responses: dict[str, SavedResponse | None] = field(default_factory=dict)
 
@@ -180,8 +197,14 @@ Selection = list[tuple[Exchange, int | None]]
 
 
 class Index:
+    """The saved runs a server answers from: model name -> ModelRun, the `--model-alias`
+    map, and each model's prompt catalogs (one per endpoint kind). Immutable once built
+    (the repeats cursors live with the Replayer), so that one index can serve any number
+    of requests at once, and so that `file.StoredIndex`, which leaves the entries and the
+    catalogs in the index file, can stand in for it."""
+
     def __init__(self, models: dict[str, ModelRun], aliases: dict[str, str] | None = None,
-                 catalogs: dict[tuple[str, str], PromptCatalog] | None = None):
+                 catalogs: dict[tuple[str, str], Catalog] | None = None):
         self.models = models
         self.aliases = dict(aliases or {})
         self.catalogs = catalogs or {}
@@ -208,7 +231,7 @@ class Index:
             raise ModelNotFound(model, sorted(self.models))
         return run
 
-    def catalog(self, model: str, kind: str) -> PromptCatalog:
+    def catalog(self, model: str, kind: str) -> Catalog:
         """The saved prompts of one model and endpoint kind, for miss diagnostics."""
         return self.catalogs.get((model, kind), EMPTY)
 
@@ -236,7 +259,7 @@ def entry_of(value: Entry | Exchange) -> Entry:
 
 def prompt_of(record: Record) -> dict[str, Any]:
     """The keyed prompt of a saved record (one prompt: a batch is saved prompt by prompt,
-    and `records.make_record` checked its form)."""
+    and `saved.record.make_record` checked its form)."""
     if record.endpoint == RESPONSES_PATH:
         return openai_responses.keyed_input(record.request)  # NeedsPrevious if it continues
     found = keys.prompts(kind_of(record.endpoint), record.request)

@@ -42,6 +42,13 @@ class Failure:
 
 
 class Stats:
+    """The counters of one replay service: per model, the prompts answered (`hits`) and
+    each replay error; every other error answer, by status (`rejected`); the last misses
+    and each distinct failure with its attempts; which saved samples were used (a bit per
+    choice, by exchange); and, for `run --report`, what answered each distinct prompt
+    (`tracked`). Some harnesses swallow errors and exit 0, so the server itself must be
+    able to say afterwards what went unanswered, and what no request asked for."""
+
     def __init__(self, index: Index) -> None:
         self.index = index
         self.counts: dict[str, Counter[str]] = {name: Counter() for name in index.models}
@@ -53,10 +60,9 @@ class Stats:
         self.resets = 0
         # Per distinct prompt, what was served (only when asked for: `run --report`).
         self.tracked: dict[tuple[str, str, str], dict[str, Any]] | None = None
-        # Used choices by exchange; `Exchange.start` identifies an exchange (its offset in
-        # the run's body buffer, kept as is in an index file).
         # Used choices by exchange, as a bit mask (choice i is bit i); `Exchange.start`
-        # identifies an exchange.
+        # identifies an exchange (its offset in the run's body buffer, kept as is in an
+        # index file).
         self.used: dict[int, int] = {}
         self.used_samples: Counter[str] = Counter()
         self.on_error: Callable[[dict[str, Any]], None] | None = None
