@@ -3,8 +3,9 @@
 It asks the questions whose answers examples/demo-run.jsonl saved, through the OpenAI API
 at OPENAI_BASE_URL (with OPENAI_API_KEY), scores the answers, and prints the accuracy, as
 any harness would; it needs only Python's standard library. A request the replay server
-cannot answer (HTTP 422: the prompt was not saved) fails it. Put your own harness in its
-place: the compose file only needs it to read OPENAI_BASE_URL.
+cannot answer (HTTP 400 with a `replay_*` error code, such as `replay_no_match`: the
+prompt was not saved) fails it. Put your own harness in its place: the compose file only
+needs it to read OPENAI_BASE_URL.
 """
 
 from __future__ import annotations

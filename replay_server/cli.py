@@ -192,8 +192,10 @@ def record(upstream: str, out: Path, host: str, port: int, log_level: str) -> No
     """Record a run through a proxy: forward to UPSTREAM, save every exchange to OUT.
 
     Point the harness at the printed URL. Each answered request is appended to OUT as a
-    replay-server record, on disk before the client sees the end of the answer; upstream
-    errors and broken streams pass through unrecorded. `serve OUT` replays the run.
+    replay-server record, on disk before the client sees the end of the answer (a stream:
+    once received whole, with or without `data: [DONE]`); upstream errors and broken
+    streams pass through unrecorded. An upstream that cannot be reached at start is said
+    so; the proxy serves anyway (502 until it answers). `serve OUT` replays the run.
     """
     from .commands import record as recording
 
@@ -291,26 +293,45 @@ class _CommandAfterDashes(click.Command):
 @click.option("--require-all", is_flag=True, hidden=True,
               help="The default now; kept so that older scripts still run.")
 @click.option("--stop-on-miss", is_flag=True,
-              help="Stop COMMAND at the first request that gets no saved generation.")
+              help="Stop COMMAND at the first request that gets no saved generation; the "
+              "report then counts only requests that got an answer (hit or error), not "
+              "those cut off in flight.")
 @click.option("--report", "report_to", type=click.Path(dir_okay=False, path_type=Path),
               help="Write one JSON line per distinct request to this file: answered (from "
               "which saved records) or not (the error, the nearest saved prompt, and where "
-              "it first differs, with both sides quoted).")
+              "it first differs, with both sides quoted). Never one of PATHS (exit 2, "
+              "before COMMAND runs).")
+@click.option("--base-url-var", "base_url_vars", multiple=True, metavar="NAME",
+              help="Also set the environment variable NAME to the replay's /v1 URL, for a "
+              "harness that reads a variable of its own (repeatable); NAME_BASE_URL brings "
+              "NAME_API_KEY, set to the key. inspect_ai's openai-api/SERVICE/MODEL reads "
+              "SERVICE_BASE_URL (SERVICE upper-cased, - as _).")
 @settings_options(port=0, leave_out=("workers",))
 @click.pass_context
 def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, require_all: bool,
-        stop_on_miss: bool, report_to: Path | None, **options: Any) -> None:
+        stop_on_miss: bool, report_to: Path | None, base_url_vars: tuple[str, ...],
+        **options: Any) -> None:
     """Serve PATHS, run a harness against it, and fail unless it rescored the saved run
     exactly: every request answered, every saved sample asked for.
 
     Usage: replay-server run PATHS... [OPTIONS] -- COMMAND [ARGS...]
 
-    COMMAND runs with OPENAI_BASE_URL and OPENAI_API_BASE set to the server and a dummy
-    OPENAI_API_KEY. Takes every `serve` option but --workers. Afterwards a report lists
-    answers, each distinct request that got no saved generation (with its attempts, reason
-    and nearest saved prompt), and saved generations never asked for. Exit status:
-    COMMAND's own if it failed; 3 if any request got no saved generation; 5 if no request
-    reached the server; 4 if saved samples went unused (unless --allow-unused); else 0.
+    COMMAND runs with every base-URL variable the documented harnesses read
+    (OPENAI_BASE_URL, OPENAI_API_BASE, INSPECT_EVAL_MODEL_BASE_URL, VLLM_BASE_URL, ...: the
+    README lists them) set to the server, whatever they held, and their API key variables
+    to a dummy key (or --api-key's). Takes every `serve` option but --workers. Afterwards a
+    report lists answers, each distinct request that got no saved generation (with its
+    attempts, reason and nearest saved prompt), and saved generations never asked for. A
+    POST /replay/reset starts the cursors over and forgets nothing the verdict counts.
+
+    \b
+    Exit status, the first that applies:
+      2  the saved run could not be loaded, or a bad option (COMMAND never ran)
+      3  a request got no saved generation (even if COMMAND failed too)
+      COMMAND's own status, if it failed
+      5  no request reached the server
+      4  saved samples were never asked for (unless --allow-unused)
+      0  every request answered, every saved sample asked for
     """
     command = ctx.meta.get("command") or []
     if not command:
@@ -320,7 +341,8 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
     try:
         settings = _settings(options)
         code = runner.run_command(paths, settings, command, allow_unused=allow_unused,
-                                  stop_on_miss=stop_on_miss, say=_say, report_to=report_to)
+                                  stop_on_miss=stop_on_miss, say=_say, report_to=report_to,
+                                  base_url_vars=base_url_vars)
     except (LoadError, ValueError, OSError) as error:
         _fail(error)
     sys.exit(code)

@@ -191,17 +191,28 @@ def render(error: ReplayServerError,
     return error.status, headers, body
 
 
-class LoadError(Exception):
-    """A saved file that cannot be read as its format says. Names the file, line and field."""
+def where_of(file: object, line: object = None, instance: object = None) -> str:
+    """`FILE:LINE` (`FILE` when there is no line), plus ` (INSTANCE)` when known: the one
+    way every message, report and header names a place in a saved file."""
+    where = f"{file}:{line}" if line is not None else str(file)
+    return f"{where} ({instance})" if instance is not None else where
 
-    def __init__(self, file: str, line: int | None, reason: str, field: str | None = None):
+
+class LoadError(Exception):
+    """A saved file that cannot be read as its format says: `FILE:LINE: field `F`: reason`.
+    Every reader raises it for a bad line, so that the user always learns where, which field
+    and why, and `--skip-bad-lines` can count it instead. `place` names the bad part of a
+    file that has no lines (an inspect_ai sample's model call, a zip member)."""
+
+    def __init__(self, file: str, line: int | None, reason: str, field: str | None = None,
+                 place: str | None = None):
         self.file = file
         self.line = line
         self.reason = reason
         self.field = field
+        self.place = place
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line is not None else self.file
         what = f"field `{self.field}`: " if self.field else ""
-        return f"{where}: {what}{self.reason}"
+        return f"{where_of(self.file, self.line, self.place)}: {what}{self.reason}"

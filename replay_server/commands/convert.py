@@ -6,8 +6,6 @@ still says so) and replays identically: same prompts, instances, samples and sav
 
 from __future__ import annotations
 
-import os
-import tempfile
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +13,7 @@ from pathlib import Path
 from ..saved.formats import LoadContext
 from ..saved.loader import context, plan, progress_bar, read
 from ..saved.record import dump_line
+from ..saved.writer import written_whole
 from ..settings import DEFAULT_MAX_LINE
 
 
@@ -30,14 +29,12 @@ def convert_paths(paths: Sequence[str | Path], out: Path, *, skip_bad_lines: boo
     ctx = context(skip_bad_lines=skip_bad_lines, max_line=max_line, tokenizer=tokenizer)
     planned = plan(paths, ctx)
     planned.refuse_output(out)
-    target = out.resolve()
     conversion = uuid.uuid4().hex[:12]
     bar = progress_bar(planned.total_bytes, "converting", progress)
     ctx.on_progress = bar.update
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=target.parent)
     count = 0
     try:
-        with os.fdopen(fd, "wb") as f:
+        with written_whole(out) as tmp, tmp.open("wb") as f:
             for record in read(planned, ctx):
                 if not isinstance(record.source.get("run"), str):
                     # records of one run stay one run, and never merge with another
@@ -45,10 +42,6 @@ def convert_paths(paths: Sequence[str | Path], out: Path, *, skip_bad_lines: boo
                     record.source["run"] = f"{record.origin}#{conversion}"
                 f.write(dump_line(record))
                 count += 1
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
-        raise
     finally:
         bar.close()
     return count, ctx

@@ -15,7 +15,7 @@ def build_index(paths: Sequence[str | Path], output: Path, *, skip_bad_lines: bo
     """Load `paths`, write the index file `output`; the exit status (1: bad lines were
     skipped). A bad saved file raises LoadError."""
     loaded = load(paths, skip_bad_lines=skip_bad_lines, max_line=max_line,
-                  tokenizer=tokenizer, compress_catalogs=False)
+                  tokenizer=tokenizer)
     for line in report_lines(loaded):
         say(line)
     prompts = index_file.write(loaded, output)

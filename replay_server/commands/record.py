@@ -9,7 +9,7 @@ from pathlib import Path
 from ..saved.writer import RecordWriter
 from ..settings import Settings
 from ..web.listen import bind, run_uvicorn, sigterm_as_interrupt
-from ..web.recorder import Recorder, create_record_app
+from ..web.recorder import Recorder, create_record_app, probe
 
 
 def record(upstream: str, out: Path, host: str, port: int, log_level: str,
@@ -31,6 +31,10 @@ def _record(upstream: str, out: Path, host: str, port: int, log_level: str,
     sock, base_url = bind(host, port)
     try:  # a SIGTERM from the ready line on still gets the summary
         say(f"replay-server record: forwarding to {recorder.upstream}, saving to {out}")
+        if (why := probe(recorder.upstream)) is not None:
+            # the model server may still be starting: the proxy serves all the same
+            say(f"warning: cannot reach the upstream {recorder.upstream} ({why}); the "
+                "recorder keeps serving, and answers 502 until the upstream answers")
         say(f"replay-server record: ready on {base_url}")
         say(f"  export OPENAI_BASE_URL={base_url}")
         run_uvicorn(app, sock, Settings(log_level=log_level))

@@ -3,17 +3,19 @@ faithful rescoring.
 
 For CI, and for harnesses that swallow HTTP errors (scoring a failed request as an empty
 answer, or retrying): the server runs in this process on a free port, COMMAND runs with
-OPENAI_BASE_URL / OPENAI_API_BASE pointing at it and a dummy OPENAI_API_KEY, and when
+every base-URL variable harnesses read pointing at it (`base_urls`), and when
 COMMAND ends the report says what was served, what got no saved generation and why
 (distinct requests, with how many attempts each), and which saved generations were never
 asked for.
 
 Exit status, the first that applies:
-- 2: the saved run cannot be loaded (a bad file, FILE:LINE), or a bad option;
-- COMMAND's own, when it fails;
+- 2: the saved run cannot be loaded (a bad file, FILE:LINE), or a bad option: COMMAND
+  never ran;
 - MISSED (3): a request got no saved generation: a replay error, or any other error
   answer to a POST or a /v1 route (a malformed request, an unknown model, a body too
-  large, a wrong API key, an unknown route, an internal error);
+  large, a wrong API key, an unknown route, an internal error). It outranks COMMAND's
+  own failure: harnesses that exit non-zero when items fail would otherwise hide it;
+- COMMAND's own, when it fails;
 - NO_REQUESTS (5): no request reached the server at all (COMMAND answered from
   somewhere else: a harness's disk cache, or a base URL it does not take from the
   environment);
@@ -40,6 +42,7 @@ from ..replay.stats import Failure
 from ..settings import Settings
 from ..web.app import create_app
 from ..web.listen import InThread
+from . import base_urls
 from .serve import open_run
 
 MISSED = 3
@@ -66,14 +69,22 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def report(replayer: Replayer) -> list[str]:
     """What happened, for a human: answers, failures with reasons, unused samples."""
     stats = replayer.stats
-    lines = ["replay report:", f"  requests: {stats.requests}"]
+    resets = f", {stats.resets} reset(s)" if stats.resets else ""
+    lines = ["replay report:", f"  requests: {stats.with_outcome()} ({stats.answered} "
+             f"answered from the saved run, {stats.failed()} got no saved generation{resets})"]
+    if stats.in_flight():
+        lines.append(f"  {stats.in_flight()} more request(s) were cut off in flight (begun, "
+                     "never sent whole: COMMAND was stopped or its client left); they have "
+                     "no outcome and are not counted")
     for name, outcome in stats.per_model().items():
         errors = ", ".join(f"{k}={outcome[k]}" for k in REPLAY_CODES if outcome[k])
         lines.append(f"  model {name}: {outcome['hits']} prompts answered; "
                      f"errors: {errors or 'none'}; saved samples never asked for: "
                      f"{outcome['unused_samples']}")
         if outcome["unused_samples"]:
-            lines.append(f"    e.g. {', '.join(stats.unused_examples(name))}")
+            lines.append("    e.g. " + "; ".join(
+                f"{where}: {unused} of {saved}" for where, (unused, saved)
+                in stats.unused_examples(name).items()))
     if stats.rejected:
         lines.append("  other error answers: " + ", ".join(
             f"{code} x{n}" for code, n in sorted(stats.rejected.items())))
@@ -129,17 +140,19 @@ def write_report(path: Path, replayer: Replayer) -> int:
     return len(lines)
 
 
-def verdict(replayer: Replayer, allow_unused: bool) -> tuple[int, str]:
-    """The exit status for a COMMAND that succeeded, and why."""
+def verdict(replayer: Replayer, code: int, allow_unused: bool) -> tuple[int, str]:
+    """The exit status, the first that applies (see the module docstring), and why."""
     stats = replayer.stats
     if stats.failures:
         return MISSED, (f"{len(stats.failures)} distinct request(s) got no saved generation "
                         f"({stats.failed()} attempt(s)): failing")
-    if stats.requests == 0:
+    if code != 0:
+        return code, f"COMMAND failed with exit status {code}"
+    if stats.answered == 0:
         return NO_REQUESTS, ("no request reached the replay server: COMMAND got its answers "
                              "somewhere else (a harness's disk cache, such as lighteval's "
                              ".litellm_cache or dspy's cache, or a base URL it does not take "
-                             "from OPENAI_BASE_URL): failing")
+                             "from the environment): failing")
     unused = sum(stats.unused(m) for m in replayer.index.models)
     if unused and not allow_unused:
         return UNUSED, (f"{unused} saved sample(s) were never asked for: the harness asked "
@@ -152,20 +165,24 @@ def verdict(replayer: Replayer, allow_unused: bool) -> tuple[int, str]:
 
 def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequence[str], *,
                 allow_unused: bool, stop_on_miss: bool, say: Callable[[str], None],
-                report_to: Path | None = None) -> int:
+                report_to: Path | None = None, base_url_vars: Sequence[str] = ()) -> int:
     """Serve `paths`, run `command` against it, report; returns the exit status."""
+    for name in base_url_vars:  # a bad name is a bad option: before anything is loaded
+        base_urls.check_name(name)
     opened = open_run(paths, settings)
     for line in opened.report:
         say(line)
+    if report_to is not None:  # before COMMAND runs: a refusal writes and runs nothing
+        opened.inputs.refuse_output(report_to)
     app = create_app(settings, opened.index)
     replayer: Replayer = app.state.replayer
+    replayer.stats.whole_run = True  # the verdict is every pass's, resets or not
     if report_to is not None:
         replayer.stats.tracked = {}
     stopped = threading.Event()
     with InThread(app, settings) as server:
-        env = {**os.environ, "OPENAI_BASE_URL": server.base_url,
-               "OPENAI_API_BASE": server.base_url,
-               "OPENAI_API_KEY": settings.api_key or "replay-server"}
+        env = {**os.environ, **base_urls.environment(
+            server.base_url, settings.api_key or "replay-server", base_url_vars)}
         say(f"replay-server run: serving on {server.base_url}; running: {' '.join(command)}")
         proc = subprocess.Popen(list(command), env=env, start_new_session=True)
         if stop_on_miss:
@@ -187,10 +204,8 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
         say(f"replay-server run: wrote {count} request(s) to {report_to}")
     if stopped.is_set():
         say("replay-server run: stopped COMMAND at the first miss (--stop-on-miss)")
-        return MISSED
-    if code != 0:
+    elif code != 0 and replayer.stats.failures:  # said, though the miss outranks it
         say(f"replay-server run: COMMAND failed with exit status {code}")
-        return code
-    status, why = verdict(replayer, allow_unused)
+    status, why = verdict(replayer, 0 if stopped.is_set() else code, allow_unused)
     say(f"replay-server run: {why}")
     return status

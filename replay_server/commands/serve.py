@@ -15,6 +15,7 @@ from ..errors import LoadError
 from ..index import file as index_file
 from ..index.index import Index, prompt_of
 from ..index.loading import load, report_lines
+from ..saved.loader import Plan
 from ..settings import Settings
 from ..web import workers
 from ..web.app import create_app
@@ -29,6 +30,7 @@ class Opened:
     index: Index
     report: list[str]
     examples: list[tuple[str, str, dict[str, Any]]]  # (endpoint, model, keyed prompt)
+    inputs: Plan  # the files it came from: what no output may replace (Plan.refuse_output)
 
 
 def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
@@ -39,7 +41,7 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
                       tokenizer=settings.tokenizer)
         examples = [(r.endpoint, r.model, prompt_of(r))
                     for _, r in sorted(loaded.examples.items())]
-        return Opened(loaded.index, report_lines(loaded), examples)
+        return Opened(loaded.index, report_lines(loaded), examples, loaded.plan)
     if len(paths) > 1:
         raise LoadError(str(indexes[0]), None, "an index file is served on its own; build "
                         "one index from all the saved files with `replay-server index`")
@@ -49,7 +51,12 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
         for name, run in index.models.items())]
     report += [f"  warning: {f} changed since the index was built; rebuild it"
                for f in index.stale_sources()]
-    return Opened(index, report, index.examples())
+    # the saved files it was built from are the run too: no output may replace them either
+    sources = [Path(s["file"]) for s in orjson.loads(index.meta.get("sources", "[]"))]
+    inputs = Plan()
+    for path in [indexes[0], *sources]:
+        inputs.keep(path)
+    return Opened(index, report, index.examples(), inputs)
 
 
 def snippet_lines(opened: Opened, base_url: str) -> list[str]:

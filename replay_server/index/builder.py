@@ -26,12 +26,16 @@ from ..wire import keys
 from ..wire.families import family_of
 from ..wire.family import Family
 from . import heap
-from .catalog import Catalog, PromptCatalog, SortedCatalog
+from .catalog import Catalog, ListCatalog
 from .index import Bodies, Entry, Exchange, Index, ModelRun, SavedResponse, prompt_of
 from .samples import settle
 
 
 class Builder:
+    """Saved records in, one Index out: `add` each record as the readers give it (in
+    saved order, which is the order of each instance's samples), then `build` once. Every
+    way saved records become an index (serve, inspect, index, run) goes through it, so
+    that instance identity, the lone-exchange form and the catalog are decided once."""
 
     def __init__(self) -> None:
         self._models: dict[str, ModelRun] = {}
@@ -193,17 +197,14 @@ class Builder:
         run.entries[key] = entry
         return entry
 
-    def build(self, aliases: dict[str, str] | None = None, compress: bool = True) -> Index:
-        """The index of every record added. Its prompt catalogs are compressed (a server
-        holds them) unless `compress` is false (`replay-server index` writes them out at
-        once: nearest.SortedCatalog)."""
+    def build(self, aliases: dict[str, str] | None = None) -> Index:
+        """The index of every record added, with a prompt catalog per model and kind."""
         self._add_continuing()
-        catalog = Catalog.build if compress else SortedCatalog
-        catalogs: dict[tuple[str, str], PromptCatalog] = {
-            place: catalog(saved) for place, saved in self._prompts.items()}
+        catalogs: dict[tuple[str, str], Catalog] = {
+            place: ListCatalog(saved) for place, saved in self._prompts.items()}
         self._prompts = {}
-        # The uncompressed prompts were freed between objects that stay: their memory goes
-        # back to the system.
+        # Loading freed far more than it keeps (the parsed records), between objects that
+        # stay: that memory goes back to the system.
         heap.trim()
         self._bodies.freeze()
         for run in self._models.values():
@@ -225,8 +226,8 @@ def _previous_id(record: Record) -> str:
 
 def _keyed(family: Family, request: dict[str, Any], previous: dict[str, Any] | None = None
            ) -> dict[str, Any]:
-    """The keyed prompt of a saved request (one prompt: `records.make_record` checked its
-    form), or of another form of one (`Record.also`)."""
+    """The keyed prompt of a saved request (one prompt: `saved.record.make_record` checked
+    its form), or of another form of one (`Record.also`)."""
     found = family.prompts(request, previous)
     assert found is not None and len(found) == 1
     return found[0]

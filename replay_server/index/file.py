@@ -11,7 +11,7 @@ the run's size, keeps little in memory, and several worker processes share one c
     prompts(id, model_id, kind, prompt, place)
                                    every saved prompt (canonical JSON), sorted bytewise per
                                    model and kind, for miss diagnostics by binary search
-                                   on `id` (see nearest.py)
+                                   on `id` (see catalog.py)
     prompt_ranges(model_id, kind, first, last)
     responses(k BLOB PRIMARY KEY, previous, v)
                                    k = model id + a saved Responses answer's id; previous =
@@ -26,7 +26,6 @@ followed by its recorded stream's frames when it has some.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -36,9 +35,10 @@ from typing import Any
 import orjson
 
 from ..errors import LoadError
+from ..saved.writer import written_whole
 from ..wire import keys
 from ..wire.families import BY_KIND
-from .catalog import EMPTY, Catalog, PromptCatalog, SortedCatalog, closest
+from .catalog import EMPTY, Catalog
 from .index import Bodies, Entry, Exchange, Index, Instance, ModelRun, SavedResponse
 from .loading import Loaded
 from .samples import needs_cursor, seeds
@@ -158,9 +158,7 @@ def write(loaded: Loaded, out: Path) -> int:
     """Compile a loaded run into `out` (written beside it, then renamed); returns the
     number of prompts."""
     loaded.plan.refuse_output(out)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
+    with written_whole(out) as tmp:
         db = sqlite3.connect(tmp)
         db.executescript(_WRITING + _SCHEMA)
         model_ids = {name: i for i, name in enumerate(sorted(loaded.index.models), start=1)}
@@ -176,10 +174,6 @@ def write(loaded: Loaded, out: Path) -> int:
         db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
         db.commit()
         db.close()
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return sum(len(run.entries) for run in loaded.index.models.values())
 
 
@@ -200,7 +194,6 @@ def _write_entries(db: sqlite3.Connection, index: Index, ids: dict[str, int]) ->
 def _write_prompts(db: sqlite3.Connection, loaded: Loaded, ids: dict[str, int]) -> None:
     """Every saved prompt, from the catalogs built with the index (already sorted)."""
     for (name, kind), catalog in sorted(loaded.index.catalogs.items()):
-        assert isinstance(catalog, Catalog | SortedCatalog)
         first = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM prompts").fetchone()[0]
         db.executemany("INSERT INTO prompts(model_id, kind, prompt, place) VALUES (?, ?, ?, ?)",
                        ((ids[name], kind, p, w) for p, w in catalog.items()))
@@ -234,24 +227,25 @@ class StoredEntries:
         return (v for _, v in self.items())
 
 
-class StoredCatalog:
-    """Nearest saved prompt by binary search over the sorted `prompts` table."""
+class StoredCatalog(Catalog):
+    """The catalog of one model and kind in the index file: rows `first`..`last` of the
+    `prompts` table, written in catalog order, read by position as the bisection asks."""
 
     def __init__(self, db: sqlite3.Connection, first: int, last: int) -> None:
         self.db, self.first, self.last = db, first, last
 
-    def _prompt(self, i: int) -> bytes:
+    def __len__(self) -> int:
+        return self.last - self.first + 1
+
+    def prompt(self, i: int) -> bytes:
         row = self.db.execute("SELECT prompt FROM prompts WHERE id = ?", (self.first + i,)
                               ).fetchone()
         return bytes(row[0])
 
-    def nearest(self, canonical: bytes) -> tuple[dict[str, Any], str] | None:
-        best = closest(self._prompt, self.last - self.first + 1, canonical)
-        if best is None:
-            return None
-        saved, place = self.db.execute("SELECT prompt, place FROM prompts WHERE id = ?",
-                                       (self.first + best,)).fetchone()
-        return orjson.loads(saved), str(place)
+    def where(self, i: int) -> str:
+        row = self.db.execute("SELECT place FROM prompts WHERE id = ?", (self.first + i,)
+                              ).fetchone()
+        return str(row[0])
 
 
 class StoredIndex(Index):
@@ -302,7 +296,7 @@ class StoredIndex(Index):
         return [names[int.from_bytes(bytes(k)[:2], "big")] for (k,) in keys_
                 if self.db.execute("SELECT 1 FROM responses WHERE k = ?", (k,)).fetchone()]
 
-    def catalog(self, model: str, kind: str) -> PromptCatalog:
+    def catalog(self, model: str, kind: str) -> Catalog:
         row = self.db.execute("SELECT first, last FROM prompt_ranges WHERE model_id = ? "
                               "AND kind = ?", (self.model_ids[model], kind)).fetchone()
         return StoredCatalog(self.db, row[0], row[1]) if row else EMPTY

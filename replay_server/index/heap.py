@@ -1,9 +1,9 @@
 """Giving memory the process freed back to the system.
 
-Loading frees far more than it keeps (parsed records, the uncompressed prompts of the miss
-catalog), in blocks between the objects that stay: glibc's malloc keeps such holes for
-reuse, counted in the resident size, until `malloc_trim` hands their pages back. Elsewhere
-(macOS, musl) there is no such call and `trim` does nothing.
+Loading frees far more than it keeps (the parsed records), in blocks between the objects
+that stay: glibc's malloc keeps such holes for reuse, counted in the resident size, until
+`malloc_trim` hands their pages back. Elsewhere (macOS, musl) there is no such call and
+`trim` does nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +29,6 @@ _TRIM = _malloc_trim()
 
 
 def trim() -> None:
-    """Return the freed pages of the heap to the system (some 20 ms for a heap of 400 MB)."""
+    """Return the freed pages of the heap to the system."""
     if _TRIM is not None:
         _TRIM(0)

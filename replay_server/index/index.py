@@ -16,7 +16,7 @@ a request's `previous_response_id` is keyed by the conversation that id names, a
 
 Which saved samples answer a request is decided in `samples.py`; this module only holds
 and builds the data. The index is immutable once built; the cursors live with the caller.
-Each model also keeps a catalog of its saved prompts for miss diagnostics (`nearest`).
+Each model also keeps a catalog of its saved prompts for miss diagnostics (`catalog.py`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import io
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import BadRequest, ModelNotFound
-from ..saved.record import Record, where_of
+from ..errors import BadRequest, ModelNotFound, where_of
+from ..saved.record import Record
 from ..wire.families import family_of
-from .catalog import EMPTY, PromptCatalog
+from .catalog import EMPTY, Catalog
 
 
 class Bodies:
@@ -74,6 +74,12 @@ class Bodies:
 
 @dataclass(slots=True)
 class Exchange:
+    """One saved response (a native record), as the index keeps it: where its body lies in
+    the index's one `Bodies` buffer (not a bytes object of its own: a million of them would
+    fragment the heap), its number of choices, where it was saved, the sampling parameters
+    `--strict` compares, and a recorded stream's frames. `start` is its identity: the used
+    samples and the checked recordings are remembered by it."""
+
     bodies: Bodies
     start: int
     size: int
@@ -112,6 +118,11 @@ class Exchange:
 
 @dataclass(slots=True)
 class Instance:
+    """What one eval instance saved for a prompt: its exchanges in saved order (its
+    samples), or why its saved answer cannot be replayed. A request is answered from one
+    instance's samples, never from several mixed: one instance's answer served to another
+    is what corrupts scores."""
+
     where: str
     exchanges: list[Exchange] = field(default_factory=list)
     unusable: str | None = None
@@ -130,6 +141,12 @@ class Instance:
 
 @dataclass(slots=True)
 class Entry:
+    """Every instance saved under one key: the usable ones apart from the unusable (which
+    never block a usable one, and turn a miss into the more precise `replay_unusable`);
+    whether every saved sample is the same generation (`uniform`: then any of them answers,
+    statelessly, as in the greedy case); the samples by seed, where each has its own.
+    `samples.choose` reads it; nothing here decides which sample answers."""
+
     instances: list[Instance] = field(default_factory=list)
     unusable: list[Instance] = field(default_factory=list)
     uniform: bool = True
@@ -177,8 +194,14 @@ Selection = list[tuple[Exchange, int | None]]
 
 
 class Index:
+    """The saved runs a server answers from: model name -> ModelRun, the `--model-alias`
+    map, and each model's prompt catalogs (one per endpoint kind). Immutable once built
+    (the repeats cursors live with the Replayer), so that one index can serve any number
+    of requests at once, and so that `file.StoredIndex`, which leaves the entries and the
+    catalogs in the index file, can stand in for it."""
+
     def __init__(self, models: dict[str, ModelRun], aliases: dict[str, str] | None = None,
-                 catalogs: dict[tuple[str, str], PromptCatalog] | None = None):
+                 catalogs: dict[tuple[str, str], Catalog] | None = None):
         self.models = models
         self.aliases = dict(aliases or {})
         self.catalogs = catalogs or {}
@@ -205,7 +228,7 @@ class Index:
             raise ModelNotFound(model, sorted(self.models))
         return run
 
-    def catalog(self, model: str, kind: str) -> PromptCatalog:
+    def catalog(self, model: str, kind: str) -> Catalog:
         """The saved prompts of one model and endpoint kind, for miss diagnostics."""
         return self.catalogs.get((model, kind), EMPTY)
 
@@ -233,7 +256,7 @@ def entry_of(value: Entry | Exchange) -> Entry:
 
 def prompt_of(record: Record) -> dict[str, Any]:
     """The keyed prompt of a saved record (one prompt: a batch is saved prompt by prompt,
-    and `records.make_record` checked its form)."""
+    and `saved.record.make_record` checked its form)."""
     # (Responses: NeedsPrevious if it continues an earlier response)
     found = family_of(record.endpoint).prompts(record.request, None)
     assert found is not None and len(found) == 1

@@ -35,11 +35,9 @@ class Loaded:
 
 def load(paths: Sequence[str | Path], *, skip_bad_lines: bool = False,
          aliases: dict[str, str] | None = None, progress: bool = True,
-         max_line: int = DEFAULT_MAX_LINE, tokenizer: str | None = None,
-         compress_catalogs: bool = True) -> Loaded:
+         max_line: int = DEFAULT_MAX_LINE, tokenizer: str | None = None) -> Loaded:
     """Read every saved file into an index. Raises LoadError on the first bad line unless
-    `skip_bad_lines`, in which case the returned context lists what was skipped. The
-    prompt catalogs are compressed unless `compress_catalogs` is false (`Builder.build`)."""
+    `skip_bad_lines`, in which case the returned context lists what was skipped."""
     start = time.perf_counter()
     ctx = context(skip_bad_lines=skip_bad_lines, max_line=max_line, tokenizer=tokenizer)
     planned = plan(paths, ctx)
@@ -62,7 +60,7 @@ def load(paths: Sequence[str | Path], *, skip_bad_lines: bool = False,
             per_file[(str(record.source.get("file")), record.model)] += 1
             if record.response is not None and "previous_response_id" not in record.request:
                 examples.setdefault(record.endpoint, record)
-        index = builder.build(aliases, compress_catalogs)
+        index = builder.build(aliases)
     finally:
         bar.close()
         if collecting:

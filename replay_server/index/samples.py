@@ -16,6 +16,11 @@ Applied by `choose`, to the entry a request's key found (docs/design.md, "Sample
    `n=1` against several samples: the samples in saved order, one per call (the per-key
    cursor, the only state), then `replay_exhausted`. Anything else: `replay_n_mismatch`.
 
+Then, for a streamed request only, what is sent for the samples chosen (`streamed`): when
+they are not one recorded stream themselves but a saved exchange recorded streamed holds
+the same generations (a run recorded once unstreamed, once streamed), its recorded frames,
+byte for byte. What was chosen (the cursor, the samples counted as used) stays as chosen.
+
 Two saved samples are the same generation only when their whole saved choices are equal
 (but for the index): text, reasoning under whichever name, tool calls, refusal, logprobs,
 finish_reason and any other field.
@@ -145,6 +150,34 @@ def choose(entry: Entry | Exchange, n: int, params: bytes, seed: Any, rules: Rul
                             param="n")
         return fits[done].whole(), ((cursor_key, n), done + 1)
     return _whole(instances, n), None
+
+
+def streamed(entry: Entry | Exchange, selection: Selection, strict: bool) -> Selection:
+    """What a streamed request is sent for the samples `choose` chose: the saved exchange
+    whose recorded frames carry the same generations, in the same order, when the samples
+    are not such a recording already; else the samples. Under `strict`, only an exchange
+    saved with the same sampling parameters."""
+    if not isinstance(entry, Entry) or (len(selection) == 1 and selection[0][1] is None
+                                        and selection[0][0].stream is not None):
+        return selection
+    params = selection[0][0].params
+    recordings = [e for i in entry.instances for e in i.exchanges
+                  if e.stream is not None and (not strict or e.params == params)]
+    if not recordings:
+        return selection
+    wanted = _generations_of(selection)
+    for exchange in recordings:
+        if exchange.n == len(wanted) and generations(orjson.loads(exchange.body)) == wanted:
+            return [(exchange, None)]
+    return selection
+
+
+def _generations_of(selection: Selection) -> list[bytes]:
+    found: list[bytes] = []
+    for exchange, choice in selection:
+        ids = generations(orjson.loads(exchange.body))
+        found += ids if choice is None else [ids[choice]]
+    return found
 
 
 def _by_seed(by_seed: dict[int, tuple[Exchange, int | None]], seed: Any

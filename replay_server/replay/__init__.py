@@ -1,2 +1,3 @@
-"""The replay service: one request body in, one reply out (`Replayer.handle`), and what
-was served and missed (`Stats`). Framework-free: the web layer calls it with bytes."""
+"""The replay service: one request body in, one reply out (`Replayer.handle`), what was
+served and missed (`Stats`), and the error of a miss (`miss`). Framework-free: the web
+layer calls it with bytes."""

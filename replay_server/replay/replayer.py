@@ -1,10 +1,10 @@
 """The replay service: one request body in, one reply out. No HTTP framework in here.
 
 It parses the request (its API family), picks the saved samples for every prompt (index rules),
-and only when every prompt has an answer commits the cursor moves and builds the reply, so
-a failed request never consumes a sample and the match is decided before any byte of a
-stream is sent. It also keeps the counters and the recent misses that the status
-endpoints report, and logs every replay error once.
+makes the reply, and only then commits the cursor moves and counts the hit, so a failed
+request never consumes a sample and the match is decided before any byte of a stream is
+sent. It also keeps the counters and the recent misses that the status endpoints report,
+and logs once every request that gets no saved generation.
 """
 
 from __future__ import annotations
@@ -18,29 +18,39 @@ from urllib.parse import quote
 
 import orjson
 
-from ..errors import Ambiguous, NoMatch, NotFound, ReplayServerError, Unusable
-from ..index.index import Entry, Exchange, Index, ModelRun, Selection, entry_of
-from ..index.samples import Rules, choose
+from ..errors import (
+    Ambiguous,
+    BadRequest,
+    NoMatch,
+    NotFound,
+    ReplayError,
+    ReplayServerError,
+    Unusable,
+)
+from ..index.index import Entry, Exchange, Index, ModelRun, Selection
+from ..index.samples import Rules, choose, streamed
 from ..paths import RESPONSES_PATH
 from ..saved.record import stream_mismatch
 from ..wire import keys
-from ..wire.difference import first_difference, system_variants
 from ..wire.families import family_of
 from ..wire.family import ReplayRequest
 from ..wire.models import models_body
 from ..wire.selection import recorded
+from .miss import no_match
 from .stats import Stats
 
 log = logging.getLogger(__name__)
 
 SOURCE_HEADER = b"x-replay-source"
-JSON_HEADERS = [(b"content-type", b"application/json")]
-_JSON_TYPE = JSON_HEADERS[0]
+_JSON_TYPE = (b"content-type", b"application/json")
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
 
 @dataclass(slots=True)
 class Reply:
+    """What the web layer sends for an answered request: status 200, these headers (the
+    content type, a length for a body, the saved record's place), this body or stream."""
+
     headers: list[tuple[bytes, bytes]]
     body: bytes
 
@@ -53,6 +63,16 @@ def _source_header(exchange: Exchange) -> bytes:
     return value
 
 
+def _named_model(body: bytes) -> str | None:
+    """The model that a request which could not be parsed names, if it names one."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) else None
+
+
 def _header_value(where: str) -> bytes:
     if where.isascii() and where.isprintable():
         return where.encode("ascii")
@@ -60,6 +80,18 @@ def _header_value(where: str) -> bytes:
 
 
 class Replayer:
+    """The replay service: a request's bytes in, a Reply (or a ReplayServerError) out.
+
+    It holds the index, the rules (`--strict`, `--allow-ambiguous`) and the one piece of
+    replay state, the repeats cursors; it counts and logs every request that gets no saved
+    generation (`Stats`), since some harnesses swallow errors. A request goes one way
+    whatever it asks: parse, select the saved run, choose the samples of every prompt, make
+    the reply, and only then move the cursors and count the hit. A request that fails has
+    moved nothing, and a stream's fate is decided before its first byte is sent. The usual
+    request (one prompt, one whole saved exchange) is the same path in few steps, not a
+    path of its own, so it counts and serves exactly as every other request does.
+    """
+
     def __init__(self, index: Index, rules: Rules) -> None:
         self.index = index
         self.rules = rules
@@ -74,74 +106,57 @@ class Replayer:
         self.stats.reset()
 
     def handle(self, endpoint: str, body: bytes) -> Reply:
-        """The reply to one request, or a ReplayServerError (rendered by the caller)."""
-        try:
-            request = family_of(endpoint).parse(body)
-            run = self.index.select(request.model)
-        except ReplayServerError as error:
-            self.count(None, endpoint, error)
-            raise
+        """The reply to one request, or a ReplayServerError (counted and logged here, rendered
+        by the caller)."""
+        request, run = self._request(endpoint, body)
         if request.family.chained:
             self._key_responses(run, request)
-        lone = self._lone(run, request)
-        if lone is not None:
-            return self._whole(run, request, lone)
-        moves: list[tuple[Any, int]] = []
-        chosen = [self._select(run, request, i, prompt, moves)
-                  for i, prompt in enumerate(request.prompts)]
+        chosen, moves = self._choose(run, request)
+        sent = [selection for _, selection in chosen]
+        if request.stream and len(sent) == 1:
+            sent[0] = streamed(chosen[0][0], sent[0], self.rules.strict)
+        reply = self._reply(run.name, request, sent)
+        # The request is answered: nothing can fail from here on.
         for cursor_key, value in moves:
             self.cursors[cursor_key] = value
-        selections = [selection for _, selection in chosen]
-        if request.stream:
-            self._check_frames(run.name, endpoint, selections)
+        stats = self.stats
         for entry, selection in chosen:
-            self.stats.hit(run.name, entry, selection)
-        if self.stats.tracked is not None:
-            for key, (_, selection) in zip(request.keys, chosen, strict=True):
-                self.stats.served(run.name, endpoint, key, selection[0][0].where)
-        headers = [(SOURCE_HEADER, _source_header(selections[0][0][0]))]
+            stats.hit(run.name, entry, selection)
+        stats.answered += 1
+        if stats.tracked is not None:
+            for key, selection in zip(request.keys, sent, strict=True):
+                stats.served(run.name, endpoint, key, selection[0][0].where)
+        return reply
+
+    def _request(self, endpoint: str, body: bytes) -> tuple[ReplayRequest, ModelRun]:
+        """The parsed request and the saved run its `model` selects."""
+        request = None
+        try:
+            request = family_of(endpoint).parse(body)
+            return request, self.index.select(request.model)
+        except ReplayServerError as error:
+            asked = request.model if request is not None else _named_model(body)
+            self.count(None, endpoint, error, asked)
+            raise
+
+    def _reply(self, model: str, request: ReplayRequest, sent: list[Selection]
+               ) -> Reply:
+        """The reply that sends these samples; a stream's recorded frames are checked first
+        (the last thing that can fail)."""
+        source = (SOURCE_HEADER, _source_header(sent[0][0][0]))
         if not request.stream:
-            body = request.family.reply(selections)
-            length = (b"content-length", str(len(body)).encode())
-            return Reply(JSON_HEADERS + [length] + headers, body)
+            body = request.family.reply(sent)
+            return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), source], body)
+        self._check_frames(model, request.endpoint, sent, request.model)
         # Every event is known at once: one write of all of them (chunked, no length),
         # rather than one per event, which only costs time.
-        return Reply(SSE_HEADERS + headers,
-                     request.family.stream(selections, request.include_usage))
+        return Reply([*SSE_HEADERS, source],
+                     request.family.stream(sent, request.include_usage))
 
-    def _lone(self, run: ModelRun, request: ReplayRequest) -> Exchange | None:
-        """The one saved exchange that answers the request whole, when that is all there is
-        to it (the usual, greedy case): one prompt, one sample, saved once, no --strict
-        and no report to keep; else None (the general path decides)."""
-        if len(request.keys) != 1 or request.n != 1 or self.rules.strict \
-                or self.stats.tracked is not None:
-            return None
-        lone = run.entries.get(request.keys[0])
-        return lone if isinstance(lone, Exchange) else None
-
-    def _whole(self, run: ModelRun, request: ReplayRequest, exchange: Exchange
-               ) -> Reply:
-        """One whole saved exchange answers the request: what `handle` does in general
-        (samples.choose would pick it), in fewer steps, as most requests are this."""
-        if request.stream and exchange.stream is not None:
-            self._check_frames(run.name, request.endpoint, [[(exchange, None)]])
-        stats = self.stats
-        stats.counts[run.name]["hits"] += 1
-        stats.use(run.name, exchange, None)
-        source = exchange.source_header
-        if source is None:
-            source = _source_header(exchange)
-        if request.stream:
-            return Reply([*SSE_HEADERS, (SOURCE_HEADER, source)], request.family.stream(
-                [[(exchange, None)]], request.include_usage))
-        body = exchange.body
-        return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)),
-                      (SOURCE_HEADER, source)], body)
-
-    def _check_frames(self, model: str | None, endpoint: str, selections: list[Selection]
-                      ) -> None:
+    def _check_frames(self, model: str | None, endpoint: str, selections: list[Selection],
+                      asked: str | None = None) -> None:
         """Recorded frames are served only if they aggregate to the saved response (checked
-        once per exchange, the first time it is streamed: see records.stream_mismatch)."""
+        once per exchange, the first time it is streamed: see saved.record.stream_mismatch)."""
         exchange = recorded(selections)
         if exchange is None or exchange.start in self._frames_ok:
             return
@@ -151,7 +166,7 @@ class Replayer:
         if why is not None:
             error = Unusable(f"this prompt was saved, but its saved stream cannot be replayed: "
                              f"{why} (saved at {exchange.where})")
-            self.count(model, endpoint, error)
+            self.count(model, endpoint, error, asked)
             raise error
         self._frames_ok.add(exchange.start)
 
@@ -178,30 +193,42 @@ class Replayer:
                 previous = orjson.loads(saved.previous)
             request.key(previous)
         except ReplayServerError as error:
-            self.count(run.name, request.endpoint, error)
+            self.count(run.name, request.endpoint, error, request.model)
             raise
 
-    def _select(self, run: ModelRun, request: ReplayRequest, i: int,
-                prompt: dict[str, Any], moves: list[tuple[Any, int]]
-                ) -> tuple[Entry | Exchange, Selection]:
-        key = request.keys[i]
+    def _choose(self, run: ModelRun, request: ReplayRequest
+                ) -> tuple[list[tuple[Entry | Exchange, Selection]], list[tuple[Any, int]]]:
+        """Each prompt's entry and the samples chosen for it, and the cursor moves they need
+        (committed by the caller, once the whole request is answered)."""
+        chosen: list[tuple[Entry | Exchange, Selection]] = []
+        moves: list[tuple[Any, int]] = []
+        rules, entries, keys_ = self.rules, run.entries, request.keys
+        i = 0
         try:
-            entry = run.entries.get(key)
-            if entry is None:
-                raise self._no_match(run.name, request, prompt)
-            cursors = ChainMap(dict(moves), self.cursors) if moves else self.cursors
-            params = request.params() if self.rules.strict else b""
-            selection, move = choose(entry, request.n, params, request.data.get("seed"),
-                                     self.rules, cursors, (run.name, key))
-        except ReplayServerError as error:  # (BadRequest: --strict's parameters nest too deeply)
-            if len(request.prompts) > 1:
-                error.message = f"prompt {i} of {len(request.prompts)}: {error.message}"
-            error.detail.setdefault("prompt", key.hex())
-            self.count(run.name, request.endpoint, error)
+            params = request.params() if rules.strict else b""
+        except BadRequest as error:  # (--strict's parameters nest too deeply to compare)
+            self.count(run.name, request.endpoint, error, request.model)
             raise
-        if move is not None:
-            moves.append(move)
-        return entry, selection
+        try:
+            seed = request.data.get("seed")
+            for i, key in enumerate(keys_):
+                entry = entries.get(key)
+                if entry is None:
+                    raise no_match(self.index, run.name, request.endpoint,
+                                   request.prompts[i])
+                cursors = ChainMap(dict(moves), self.cursors) if moves else self.cursors
+                selection, move = choose(entry, request.n, params, seed, rules, cursors,
+                                         (run.name, key))
+                if move is not None:
+                    moves.append(move)
+                chosen.append((entry, selection))
+        except ReplayError as error:
+            if len(keys_) > 1:
+                error.message = f"prompt {i} of {len(keys_)}: {error.message}"
+            error.detail.setdefault("prompt", keys_[i].hex())
+            self.count(run.name, request.endpoint, error, request.model)
+            raise
+        return chosen, moves
 
     def retrieve(self, response_id: str, stream: bool) -> Reply:
         """GET /v1/responses/{id}: a saved Responses answer by its id (as the server that
@@ -226,56 +253,27 @@ class Replayer:
             return Reply(SSE_HEADERS + headers,
                          family_of(RESPONSES_PATH).stream([[(exchange, None)]], False))
         body = exchange.body
-        return Reply(JSON_HEADERS + [(b"content-length", str(len(body)).encode())] + headers,
-                     body)
+        return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers], body)
 
-    def count(self, model: str | None, endpoint: str, error: ReplayServerError) -> None:
-        """Count and log, once, a request that gets no saved generation."""
+    def count(self, model: str | None, endpoint: str, error: ReplayServerError,
+              asked: str | None = None) -> None:
+        """Count and log, once, a request that gets no saved generation: `model` is the
+        saved run it selected (None: none), `asked` the model the request named.
+
+        Every such request is one line at WARNING (`run` fails on each of them), naming the
+        model asked for (`-` when the request named none, or was not read): `replay error
+        CODE` for a replay decision (the `replay_*` codes), `request error STATUS` for any
+        other error (a malformed request, an unknown model or route, a wrong method, a body
+        too large, a missing API key)."""
         self.stats.error(model, endpoint, error, **error.detail)
-        level = logging.INFO if error.status == 400 else logging.WARNING
+        named = asked or model or "-"
+        if asked and model and asked != model:
+            named = f"{asked} (saved model {model})"
+        kind = f"replay error {error.code}" if isinstance(error, ReplayError) \
+            else f"request error {error.status}"
         quoted = error.detail.get("difference_quoted")
-        log.log(level, "replay error %s model=%s %s: %s%s", error.code or error.status, model,
-                endpoint, error.message.replace("\n", " "),
-                f" [{quoted}]" if quoted else "")
-
-    def _no_match(self, model: str, request: ReplayRequest,
-                  prompt: dict[str, Any]) -> NoMatch:
-        """The miss error: where the nearest saved prompt first differs, said without
-        quoting prompt text (the quotes go to the detail: /replay/misses, log, report)."""
-        what = request.family.prompt_field
-        message = f"no saved generation for this prompt (model `{model}`, {request.endpoint})."
-        found = self.index.catalog(model, prompt["kind"]).nearest(keys.canonical(prompt))
-        detail: dict[str, Any] = {"nearest": None, "difference": None}
-        if found is None:
-            message += f" Model `{model}` has no saved prompt for this endpoint."
-        else:
-            saved, where = self._same_doc(model, prompt, found[0]) or found
-            difference = first_difference(prompt, saved)
-            detail = {"nearest": where, "difference": difference.describe(),
-                      "difference_quoted": difference.describe(quote=True),
-                      "difference_group": difference.group(),
-                      "first_difference": difference.to_json()}
-            message += f" Nearest saved prompt: {where}; first difference: " \
-                       f"{difference.describe()}."
-        message += (" Check that the harness, task, prompt template and chat template match "
-                    "the saved run; `replay-server inspect` lists what is saved.")
-        error = NoMatch(message, param=what)
-        error.detail = detail
-        return error
-
-    def _same_doc(self, model: str, asked: dict[str, Any], near: dict[str, Any]
-                  ) -> tuple[dict[str, Any], str] | None:
-        """The saved prompt that is the request but for its leading system message (added,
-        left out or reworded: the commonest template drift), when there is one. The nearest
-        prompt by prefix is then another document that happens to share the system text;
-        this one is the same document, so the miss says what really differs."""
-        for variant in system_variants(asked, near):
-            value = self.index.select(model).entries.get(keys.key_of(variant))
-            if value is not None:
-                entry = entry_of(value)
-                instance = (entry.instances or entry.unusable)[0]
-                return variant, instance.where
-        return None
+        log.warning("%s model=%s %s: %s%s", kind, named, endpoint,
+                    error.message.replace("\n", " "), f" [{quoted}]" if quoted else "")
 
     def models_body(self) -> bytes:
         return orjson.dumps(models_body(sorted(self.index.models), int(self.started)))

@@ -9,10 +9,15 @@ other error on the API (a malformed request, an unknown model, a body too large,
 internal error, an unknown /v1 route) is counted as *rejected*, by HTTP status. Failures
 are also grouped by what was asked, so that a harness's retries count as attempts of one
 failure, not as several.
+
+Under `replay-server run` the stats are the run's verdict (`whole_run`): a reset (`POST
+/replay/reset`, which harnesses send before a second pass) starts the cursors over but
+forgets nothing counted here, so a miss of the first pass still fails the run.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections import Counter, deque
@@ -37,30 +42,45 @@ class Failure:
 
 
 class Stats:
+    """The counters of one replay service: per model, the prompts answered (`hits`) and
+    each replay error; every other error answer, by status (`rejected`); the last misses
+    and each distinct failure with its attempts; which saved samples were used (a bit per
+    choice, by exchange); and, for `run --report`, what answered each distinct prompt
+    (`tracked`). Some harnesses swallow errors and exit 0, so the server itself must be
+    able to say afterwards what went unanswered, and what no request asked for."""
+
     def __init__(self, index: Index) -> None:
         self.index = index
         self.counts: dict[str, Counter[str]] = {name: Counter() for name in index.models}
         self.rejected: Counter[str] = Counter()
         self.misses: deque[dict[str, Any]] = deque(maxlen=100)
         self.failures: dict[tuple[Any, ...], Failure] = {}
-        self.requests = 0
+        self.requests = 0  # POSTs read, counted as they begin (the web layer counts them)
+        self.answered = 0  # requests answered from the saved run (a batch is one)
+        self.resets = 0
         # Per distinct prompt, what was served (only when asked for: `run --report`).
         self.tracked: dict[tuple[str, str, str], dict[str, Any]] | None = None
-        # Used choices by exchange; `Exchange.start` identifies an exchange (its offset in
-        # the run's body buffer, kept as is in an index file).
         # Used choices by exchange, as a bit mask (choice i is bit i); `Exchange.start`
-        # identifies an exchange.
+        # identifies an exchange (its offset in the run's body buffer, kept as is in an
+        # index file).
         self.used: dict[int, int] = {}
         self.used_samples: Counter[str] = Counter()
         self.on_error: Callable[[dict[str, Any]], None] | None = None
+        # Set by `run`: every pass counts, whatever the resets between them.
+        self.whole_run = False
 
     def reset(self) -> None:
+        """Forget what was counted (`POST /replay/reset`), unless these stats are a whole
+        run's (`whole_run`): then the reset is only counted (a request with an outcome)."""
+        self.resets += 1
+        if self.whole_run:
+            return
         for counter in self.counts.values():
             counter.clear()
         self.rejected.clear()
         self.misses.clear()
         self.failures.clear()
-        self.requests = 0
+        self.requests = self.answered = self.resets = 0
         if self.tracked is not None:
             self.tracked.clear()
         self.used.clear()
@@ -157,17 +177,28 @@ class Stats:
     def unused(self, model: str) -> int:
         return self.index.models[model].samples - self.used_samples[model]
 
-    def unused_examples(self, model: str, limit: int = 5) -> list[str]:
-        """Where some saved samples that no request used came from."""
-        found: list[str] = []
+    def with_outcome(self) -> int:
+        """Requests that got an answer: from the saved run, an error, or a reset's."""
+        return self.answered + self.failed() + self.resets
+
+    def in_flight(self) -> int:
+        """Requests begun but never decided: their client left (or was stopped) before
+        sending them whole. They have no outcome, hit or miss."""
+        return max(0, self.requests - self.with_outcome())
+
+    def unused_examples(self, model: str, limit: int = 5) -> dict[str, tuple[int, int]]:
+        """Where saved samples that no request used came from: the first `limit` distinct
+        places (FILE:LINE, as saved), each once, with its unused and saved samples (one
+        line may hold several: lm-eval's repeats, or a multiple-choice doc's prompts)."""
+        counts: dict[str, list[int]] = {}
         for value in self.index.models[model].entries.values():
             for instance in entry_of(value).instances:
                 for exchange in instance.exchanges:
-                    if self.used.get(exchange.start, 0).bit_count() < exchange.n:
-                        found.append(exchange.where)
-                        if len(found) >= limit:
-                            return found
-        return found
+                    place = counts.setdefault(exchange.where, [0, 0])
+                    place[0] += exchange.n - self.used.get(exchange.start, 0).bit_count()
+                    place[1] += exchange.n
+        unused = ((where, (n, of)) for where, (n, of) in counts.items() if n)
+        return dict(itertools.islice(unused, limit))
 
     def per_model(self) -> dict[str, dict[str, int]]:
         return {name: {**{k: self.counts[name][k] for k in OUTCOMES},

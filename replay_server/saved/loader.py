@@ -29,24 +29,49 @@ from .record import Record
 
 @dataclass
 class Plan:
-    """Which reader reads which files, group by group, before anything is read."""
+    """Which reader reads which files, group by group, before anything is read; and what
+    the inputs are, so that no output of any command is written over one of them."""
 
     groups: list[list[tuple[Reader, list[Path]]]] = field(default_factory=list)
     ignored: list[Path] = field(default_factory=list)
     total_bytes: int = 0
     max_line: int = DEFAULT_MAX_LINE
-    seen: set[Path] = field(default_factory=set)
+    seen: set[Path] = field(default_factory=set)  # every file claimed, resolved
+    inodes: set[tuple[int, int]] = field(default_factory=set)  # theirs (hard links too)
+    folders: set[Path] = field(default_factory=set)  # every directory walked, resolved
+
+    def keep(self, path: Path) -> None:
+        """Count `path` among the inputs that no output may replace, though no reader reads
+        it here (an index file, and the saved files it was built from)."""
+        self.seen.add(path.resolve())
+        try:
+            st = path.stat()
+        except OSError:
+            return  # gone: nothing to write over
+        self.inodes.add((st.st_dev, st.st_ino))
 
     @property
     def files(self) -> list[tuple[str, Path]]:
         return [(r.name, p) for g in self.groups for r, ps in g for p in ps]
 
     def refuse_output(self, out: Path) -> None:
-        """Raise LoadError if writing `out` would replace one of the saved files."""
+        """Raise LoadError if writing `out` would write over a saved file that is read, by
+        any path to it (symlinks resolved, a hard link by its inode), or into a directory
+        that is read (whatever the file: the next load of that directory would read it)."""
         target = out.resolve()
-        if any(p.resolve() == target for _, p in self.files):
+        try:
+            found = os.stat(target)
+        except OSError:
+            found = None
+        if target in self.seen or found is not None and (found.st_dev, found.st_ino) in \
+                self.inodes:
             raise LoadError(str(out), None, "is one of the inputs: write to another file "
                             "(saved files are only ever read)")
+        folder = next((f for f in (target, *target.parents) if f in self.folders), None)
+        if folder is not None:
+            raise LoadError(str(out), None, f"is inside {folder}, a directory of saved runs "
+                            "that is read: write it elsewhere (saved files are only ever "
+                            "read, and the next load of the directory would read it too)")
 
 
 def _head(path: Path, max_line: int) -> bytes:
@@ -73,7 +98,7 @@ def _claim(path: Path, max_line: int) -> Reader | None:
     return next((r for r in READERS if r.detect(path, head)), None)
 
 
-def _walk(root: Path) -> Iterator[Path]:
+def _walk(root: Path, folders: set[Path]) -> Iterator[Path]:
     seen: set[tuple[int, int]] = set()
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=_raise_walk):
         st = os.stat(dirpath)
@@ -81,6 +106,7 @@ def _walk(root: Path) -> Iterator[Path]:
             dirnames[:] = []
             continue
         seen.add((st.st_dev, st.st_ino))
+        folders.add(Path(dirpath).resolve())
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             path = Path(dirpath) / name
@@ -115,7 +141,9 @@ def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
             plan.ignored.append(path)
             continue
         by_reader.setdefault(reader.name, (reader, []))[1].append(path)
-        plan.total_bytes += path.stat().st_size
+        st = path.stat()
+        plan.total_bytes += st.st_size
+        plan.inodes.add((st.st_dev, st.st_ino))
     return list(by_reader.values())
 
 
@@ -129,7 +157,7 @@ def plan(paths: Sequence[str | Path], ctx: LoadContext | None = None) -> Plan:
         if not path.exists():
             raise LoadError(str(path), None, "no such file or directory")
         if path.is_dir():
-            group = _group(list(_walk(path)), result, explicit=False, ctx=ctx)
+            group = _group(list(_walk(path, result.folders)), result, explicit=False, ctx=ctx)
             if not group:
                 raise LoadError(str(path), None, "no saved generations found in this directory")
             result.groups.append(group)

@@ -25,12 +25,12 @@ decides what to serve.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from ..errors import LoadError
+from ..errors import LoadError, where_of
 from ..paths import CHAT_PATH, COMPLETION_PATH, ENDPOINTS, RESPONSES_PATH
 from ..wire.completions.request import is_token_ids, split_prompts
 from ..wire.families import family_of
@@ -48,6 +48,18 @@ MISSING: Any = object()  # stands for a field that is not there at all (null is 
 
 @dataclass(slots=True)
 class Record:
+    """One saved exchange, whatever wrote it: what a client sent and what it was answered.
+
+    Every reader turns its harness's files into these, the recorder saves them, `convert`
+    writes them, and the index reads nothing else: so a harness's quirks end in its reader,
+    and matching, samples and replies are written once, for records. A record is made only
+    by `make_record` (or `validate`, for a saved line), which checks it the same way
+    whoever made it: a bad one is a LoadError naming FILE:LINE and the field, never a
+    record that fails later, at some request. A response that is not an answer (a null
+    text, a failed call) is kept, with `unusable` saying why: the prompt was saved, and a
+    request for it is told so rather than missed.
+    """
+
     endpoint: str
     model: str
     request: dict[str, Any]
@@ -98,40 +110,206 @@ class Record:
         return out
 
 
-def where_of(file: Any, line: Any, instance: Any) -> str:
-    where = f"{file}:{line}" if line is not None else str(file)
-    return f"{where} ({instance})" if instance is not None else where
-
-
 def dump_line(record: Record) -> bytes:
     return orjson.dumps(record.to_json()) + b"\n"
 
 
 def strip_transport(request: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in request.items() if k not in TRANSPORT_FIELDS}
+    """The request without its transport-only fields (itself when it has none)."""
+    if "stream" in request or "stream_options" in request or "user" in request:
+        return {k: v for k, v in request.items() if k not in TRANSPORT_FIELDS}
+    return request
 
 
-@dataclass(slots=True)
-class _Check:
-    """Field checks that raise a LoadError naming the file, line and field."""
+# How a saved line is checked: one pass, field by field, in the order the fields are listed
+# below. Each check tests the exact JSON type first (what orjson gives, so the usual line
+# costs a type comparison a field) and only then works out what is wrong, so that the
+# error, which names FILE:LINE and the field, costs nothing until a line is bad.
 
-    file: str
-    line: int | None
-    prefix: str = field(default="")
 
-    def fail(self, name: str, reason: str) -> LoadError:
-        return LoadError(self.file, self.line, reason, field=self.prefix + name)
+def _fail(file: str, line: int | None, name: str, reason: str) -> LoadError:
+    return LoadError(file, line, reason, field=name)
 
-    def get(self, obj: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
-        return self.value(name, obj.get(name, MISSING), kind)
 
-    def value(self, name: str, value: Any, kind: type | tuple[type, ...]) -> Any:
-        """`value` if it has the type `kind`; MISSING is a field that is not there."""
-        if value is MISSING:
-            raise self.fail(name, "missing")
-        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-            raise self.fail(name, f"expected {class_words(kind)}, got {type_name(value)}")
-        return value
+def _want(file: str, line: int | None, name: str, value: Any,
+          kind: type | tuple[type, ...]) -> Any:
+    """`value` if it has the type `kind` (a subclass too; a boolean is no integer); else
+    the LoadError that says so. MISSING is a field that is not there."""
+    if value is MISSING:
+        raise _fail(file, line, name, "missing")
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise _fail(file, line, name, f"expected {class_words(kind)}, got {type_name(value)}")
+    return value
+
+
+def validate(obj: Any, file: str, line: int | None) -> Record:
+    """The native record of one parsed JSONL line, or a LoadError that names the line
+    (`FILE:LINE`), the first field that is wrong and why."""
+    if type(obj) is not dict and not isinstance(obj, dict):
+        raise LoadError(file, line, f"expected a JSON object, got {type_name(obj)}")
+    version = obj.get(MARKER, MISSING)
+    if type(version) is not int or version != RECORD_VERSION:
+        version = _want(file, line, MARKER, version, int)
+        if version != RECORD_VERSION:
+            raise _fail(file, line, MARKER, f"record format version {version} is not "
+                        f"supported (this replay-server reads version {RECORD_VERSION})")
+    get = obj.get
+    return make_record(get("endpoint", MISSING), get("model", MISSING), get("request", MISSING),
+                       get("response"), get("source"), file, line, get("unusable"),
+                       get("sample_usage"), get("also_requests"), get("stream"), get("batch"))
+
+
+def make_record(endpoint: Any, model: Any, request: Any, response: Any, source: Any,
+                file: str, line: int | None, unusable: Any = None,
+                sample_usage: Any = None, also: Any = None, stream: Any = None,
+                batch: Any = None) -> Record:
+    """A native record from its parts, checked exactly as `validate` checks a saved line
+    (a LoadError names FILE:LINE and the field): how readers make their records.
+
+    `source` gets the file and line unless it names its own; the request loses its
+    transport-only fields; the response's choices are put in index order; a record whose
+    choices are not answers (null text, empty message) is marked unusable, saying why.
+    """
+    if type(endpoint) is not str or endpoint not in ENDPOINTS:
+        endpoint = _want(file, line, "endpoint", endpoint, str)
+        if endpoint not in ENDPOINTS:
+            raise _fail(file, line, "endpoint",
+                        f"expected one of {', '.join(ENDPOINTS)}, got {endpoint!r}")
+    if type(model) is not str or not model:
+        if not _want(file, line, "model", model, str):
+            raise _fail(file, line, "model", "must not be empty")
+    if type(request) is not dict:
+        request = _want(file, line, "request", request, dict)
+    _check_prompt(endpoint, request, file, line, "request.")
+    source = _source(source, file, line)
+    forms = None if also is None else _also(endpoint, also, file, line)
+    if batch is not None:
+        _check_batch(batch, endpoint, file, line)
+    request = strip_transport(request)
+    if response is None:
+        if not isinstance(unusable, str) or not unusable:
+            raise _fail(file, line, "response", "is null, so `unusable` must say why")
+        return Record(endpoint, model, request, None, source, unusable, origin=file,
+                      also=forms, batch=batch)
+    if type(response) is not dict and not isinstance(response, dict):
+        raise _fail(file, line, "response",
+                    f"expected an object or null, got {type_name(response)}")
+    if endpoint == RESPONSES_PATH:
+        reason = _responses_unusable(response, file, line)
+        if stream is not None:
+            _check_stream(stream, endpoint, response, file, line)
+        return Record(endpoint, model, request, response, source, reason, origin=file,
+                      also=forms, stream=stream)
+    response, reason = _normalise_choices(response, endpoint, file, line, "response.")
+    if sample_usage is not None:
+        _check_sample_usage(sample_usage, len(response["choices"]), file, line)
+    if stream is not None:
+        _check_stream(stream, endpoint, response, file, line)
+    return Record(endpoint, model, request, response, source, reason, sample_usage, file,
+                  forms, stream, batch)
+
+
+def _check_prompt(endpoint: str, request: dict[str, Any], file: str, line: int | None,
+                  at: str) -> None:
+    """The request holds one prompt of its endpoint's kind."""
+    if endpoint == CHAT_PATH:
+        messages = request.get("messages", MISSING)
+        if type(messages) is not list:
+            messages = _want(file, line, at + "messages", messages, list)
+        for message in messages:
+            if type(message) is not dict and not isinstance(message, dict):
+                break
+        else:
+            if messages:
+                return
+        raise _fail(file, line, at + "messages", "expected a non-empty list of message objects")
+    if endpoint == COMPLETION_PATH:
+        prompt = request.get("prompt")
+        if not (isinstance(prompt, str) or is_token_ids(prompt)):
+            raise _fail(file, line, at + "prompt", "expected one prompt: a string or a list "
+                        "of token ids (a batch is saved as one record per prompt)")
+    elif not isinstance(request.get("input"), str | list):
+        raise _fail(file, line, at + "input", "expected a string or a list of input items")
+
+
+# A source's fields that identify an instance: compared and hashed, so plain values only.
+_IDENTITY = ("file", "line", "instance", "run")
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_SCALAR = (str, int, float, bool, type(None))
+
+
+def _source(source: Any, file: str, line: int | None) -> dict[str, Any]:
+    """`source`, with the file and line it was read at unless it names its own."""
+    if source is None:
+        return {"file": file, "line": line}
+    if type(source) is not dict and not isinstance(source, dict):
+        raise _fail(file, line, "source", f"expected an object, got {type_name(source)}")
+    get = source.get
+    if type(get("file")) not in _SCALARS or type(get("line")) not in _SCALARS or type(
+            get("instance")) not in _SCALARS or type(get("run")) not in _SCALARS:
+        for name in _IDENTITY:
+            if not isinstance(get(name), _SCALAR):
+                raise _fail(file, line, f"source.{name}", "expected a string, a number or "
+                            f"null, got {type_name(get(name))}")
+    return {"file": file, "line": line, **source}
+
+
+def _also(endpoint: str, also: Any, file: str, line: int | None) -> list[dict[str, Any]] | None:
+    if not isinstance(also, list) or not all(isinstance(r, dict) for r in also):
+        raise _fail(file, line, "also_requests", "expected a list of request objects")
+    for i, request in enumerate(also):
+        _check_prompt(endpoint, request, file, line, f"also_requests[{i}].")
+    return [strip_transport(r) for r in also] or None
+
+
+def _check_batch(batch: Any, endpoint: str, file: str, line: int | None) -> None:
+    if endpoint != COMPLETION_PATH or not isinstance(batch, dict):
+        raise _fail(file, line, "batch", "expected an object, on a /v1/completions record only")
+    if not isinstance(batch.get("id"), str):
+        raise _fail(file, line, "batch.id", "expected a string")
+    size, index = batch.get("size"), batch.get("index")
+    if not (isinstance(size, int) and isinstance(index, int) and 0 <= index < size):
+        raise _fail(file, line, "batch", "expected integers `size` and `index`, "
+                    "0 <= index < size")
+    if batch.get("usage") is not None and not isinstance(batch["usage"], dict):
+        raise _fail(file, line, "batch.usage", "expected an object or null")
+
+
+def _normalise_choices(response: dict[str, Any], endpoint: str, file: str, line: int | None,
+                      at: str) -> tuple[dict[str, Any], str | None]:
+    """The response with its choices in index order and indexed 0..n-1 (itself when they
+    are: the usual case is not copied), each checked for shape; and why its choices are not
+    an answer, or None."""
+    choices = response.get("choices", MISSING)
+    if type(choices) is not list:
+        choices = _want(file, line, at + "choices", choices, list)
+    in_order = True
+    choice: Any = None
+    for i, choice in enumerate(choices):
+        if type(choice) is not dict and not isinstance(choice, dict):
+            break
+        index = choice.get("index")
+        if index != i or type(index) is not int:  # (an index `false` is no 0)
+            in_order = False
+    if not choices or type(choice) is not dict and not isinstance(choice, dict):
+        raise _fail(file, line, at + "choices", "expected a non-empty list of choice objects")
+    if not in_order and len(choices) > 1 and all(isinstance(c.get("index"), int)
+                                                 for c in choices):
+        choices = sorted(choices, key=lambda c: c["index"])
+    want = "message" if endpoint == CHAT_PATH else "text"
+    reason = None  # the first, in sorted order, of the reasons why a choice is no answer
+    for i, choice in enumerate(choices):
+        if want not in choice:
+            raise _fail(file, line, f"{at}choices[{i}].{want}", "missing")
+        message = choice.get("message")
+        if type(message) is dict or isinstance(message, dict):
+            _check_message(message, file, line, f"{at}choices[{i}].message")
+        why = _choice_unusable(endpoint, choice, message)
+        if why is not None and (reason is None or why < reason):
+            reason = why
+    if in_order and choices is response["choices"]:
+        return response, reason
+    return {**response, "choices": [{**c, "index": i} for i, c in enumerate(choices)]}, reason
 
 
 # A saved message with any of these set is an answer (a refusal is one too).
@@ -150,180 +328,47 @@ _MESSAGE_SHAPES: dict[str, tuple[tuple[type, ...], str]] = {
 }
 
 
-def _check_message(message: dict[str, Any], check: _Check, at: str) -> None:
-    for name, (types, words) in _MESSAGE_SHAPES.items():
+_MESSAGE_TYPES = {name: types for name, (types, _) in _MESSAGE_SHAPES.items()}
+_NOT_TEXT = frozenset({"tool_calls", "function_call"})  # the fields a string is wrong in
+
+
+def _check_message(message: dict[str, Any], file: str, line: int | None, at: str) -> None:
+    for name, value in message.items():
+        if value is None or type(value) is str and name not in _NOT_TEXT:
+            continue
+        types = _MESSAGE_TYPES.get(name)
+        if types is not None and not isinstance(value, types):
+            break
+    else:
+        calls = message.get("tool_calls")
+        if calls and not all(isinstance(c, dict) and isinstance(c.get("function", {}), dict)
+                             for c in calls):
+            raise _fail(file, line, f"{at}.tool_calls", "expected a list of tool-call "
+                        "objects, each with a `function` object")
+        return
+    for name, (types, words) in _MESSAGE_SHAPES.items():  # the first in this order is named
         value = message.get(name)
         if value is not None and not isinstance(value, types):
-            raise check.fail(f"{at}.message.{name}", f"expected {words}, got "
-                             f"{type_name(value)}")
-    calls = message.get("tool_calls") or []
-    if not all(isinstance(c, dict) and isinstance(c.get("function", {}), dict) for c in calls):
-        raise check.fail(f"{at}.message.tool_calls", "expected a list of tool-call objects, "
-                         "each with a `function` object")
+            raise _fail(file, line, f"{at}.{name}", f"expected {words}, got {type_name(value)}")
 
 
-def choice_unusable(endpoint: str, choice: dict[str, Any]) -> str | None:
-    """Why a saved choice is not an answer, or None. An empty string is an answer."""
+def _choice_unusable(endpoint: str, choice: dict[str, Any], message: Any) -> str | None:
+    """Why a saved choice (and its `message`) is not an answer, or None. An empty string is
+    an answer."""
     if endpoint == COMPLETION_PATH:
         return None if isinstance(choice.get("text"), str) else "saved text is null or missing"
-    message = choice.get("message")
     if not isinstance(message, dict):
         return "saved message is null or missing"
-    if all(message.get(f) is None for f in ANSWER_FIELDS):
+    if message.get("content") is None and all(message.get(f) is None for f in ANSWER_FIELDS):
         return "saved message has no content, refusal, reasoning or tool calls"
     return None
 
 
-def validate(obj: Any, file: str, line: int | None) -> Record:
-    """A native record from one parsed JSONL line, or a LoadError saying what is wrong."""
-    record = plain_record(obj, file, line)
-    return record if record is not None else validate_precisely(obj, file, line)
-
-
-# A plain record has these fields and no others (no stream, batch, sample usage or other
-# forms of its request).
-_PLAIN_FIELDS = frozenset({MARKER, "endpoint", "model", "request", "response", "source"})
-_PLAIN_ANSWERS = {CHAT_PATH: "message", COMPLETION_PATH: "text"}
-_NOT_TEXT = frozenset({"tool_calls", "function_call"})  # a string there is a bad shape
-
-
-def plain_record(obj: Any, file: str, line: int | None) -> Record | None:
-    """The record a saved line of the common shape makes, checked in one pass, or None.
-
-    The common shape: a chat or completions record with one prompt, whose choices are in
-    order (`index` 0..n-1) and each a plain answer (a message of strings and nulls with
-    `content`, or a `text`), with nothing optional but `source`. It is what most saved
-    lines are, and checking it field by field costs more than parsing the line. This only
-    ever says yes to a line that `validate_precisely` accepts, as the same record (the
-    tests hold it to that on mutated records); for every other line it says None, and the
-    precise checks decide, naming the file, line and field of whatever is wrong.
-    """
-    if type(obj) is not dict or obj.keys() != _PLAIN_FIELDS or type(obj[MARKER]) is not int \
-            or obj[MARKER] != RECORD_VERSION:
-        return None
-    endpoint, model, request = obj["endpoint"], obj["model"], obj["request"]
-    if type(endpoint) is not str or type(model) is not str or not model or \
-            type(request) is not dict:
-        return None
-    want = _PLAIN_ANSWERS.get(endpoint)
-    if want is None:
-        return None
-    if want == "message":
-        messages = request.get("messages")
-        if type(messages) is not list or not messages:
-            return None
-        for message in messages:
-            if type(message) is not dict:
-                return None
-    elif type(request.get("prompt")) is not str and not is_token_ids(request.get("prompt")):
-        return None
-    source = obj["source"]
-    if source is None:
-        source = {"file": file, "line": line}
-    elif type(source) is dict and isinstance(source.get("file"), _SCALAR) and \
-            isinstance(source.get("line"), _SCALAR) and \
-            isinstance(source.get("instance"), _SCALAR) and isinstance(source.get("run"), _SCALAR):
-        source = {"file": file, "line": line, **source}
-    else:
-        return None
-    response = obj["response"]
-    choices = response.get("choices") if type(response) is dict else None
-    if type(choices) is not list or not choices:
-        return None
-    for i, choice in enumerate(choices):
-        if type(choice) is not dict or type(choice.get("index")) is not int or \
-                choice["index"] != i or not _plain_answer(choice, want):
-            return None
-    if "stream" in request or "stream_options" in request or "user" in request:
-        request = strip_transport(request)
-    return Record(endpoint, model, request, response, source, origin=file)
-
-
-def _plain_answer(choice: dict[str, Any], want: str) -> bool:
-    """Whether a choice is a plain answer: a `text`, or a `message` of strings and nulls
-    with `content`."""
-    if want == "text":  # (a completion choice's `message`, if any, is checked too)
-        return type(choice.get("text")) is str and choice.get("message") is None
-    answer = choice.get("message")
-    if type(answer) is not dict or answer.get("content") is None:
-        return False
-    for name, value in answer.items():
-        if value is not None and (type(value) is not str or name in _NOT_TEXT):
-            return False
-    return True
-
-
-def validate_precisely(obj: Any, file: str, line: int | None) -> Record:
-    """`validate`, field by field: a LoadError names what is wrong with any line."""
-    check = _Check(file, line)
-    if not isinstance(obj, dict):
-        raise LoadError(file, line, f"expected a JSON object, got {type_name(obj)}")
-    version = check.get(obj, MARKER, int)
-    if version != RECORD_VERSION:
-        raise check.fail(MARKER, f"record format version {version} is not supported "
-                                 f"(this replay-server reads version {RECORD_VERSION})")
-    return make_record(obj.get("endpoint", MISSING), obj.get("model", MISSING),
-                       obj.get("request", MISSING), obj.get("response"), obj.get("source"),
-                       file, line, unusable=obj.get("unusable"),
-                       sample_usage=obj.get("sample_usage"), also=obj.get("also_requests"),
-                       stream=obj.get("stream"), batch=obj.get("batch"))
-
-
-def make_record(endpoint: Any, model: Any, request: Any, response: Any, source: Any,
-                file: str, line: int | None, *, unusable: Any = None,
-                sample_usage: Any = None, also: Any = None, stream: Any = None,
-                batch: Any = None) -> Record:
-    """A native record from its parts, checked exactly as `validate` checks a saved line
-    (a LoadError names FILE:LINE and the field): how readers make their records.
-
-    `source` gets the file and line unless it names its own; the request loses its
-    transport-only fields; the response's choices are put in index order; a record whose
-    choices are not answers (null text, empty message) is marked unusable, saying why.
-    """
-    check = _Check(file, line)
-    endpoint = check.value("endpoint", endpoint, str)
-    if endpoint not in ENDPOINTS:
-        raise check.fail("endpoint", f"expected one of {', '.join(ENDPOINTS)}, got {endpoint!r}")
-    model = check.value("model", model, str)
-    if not model:
-        raise check.fail("model", "must not be empty")
-    request = check.value("request", request, dict)
-    _validate_prompt(endpoint, request, _Check(file, line, "request."))
-    source = _source(source, file, line, check)
-    forms = _also(endpoint, also, check)
-    batch = _batch(batch, endpoint, check)
-    if response is None:
-        if not isinstance(unusable, str) or not unusable:
-            raise check.fail("response", "is null, so `unusable` must say why")
-        return Record(endpoint, model, strip_transport(request), None, source, unusable,
-                      origin=file, also=forms, batch=batch)
-    if not isinstance(response, dict):
-        raise check.fail("response", f"expected an object or null, got {type_name(response)}")
-    if endpoint == RESPONSES_PATH:
-        reason = _responses_unusable(response, _Check(file, line, "response."))
-        frames = _stream(stream, endpoint, response, check)
-        return Record(endpoint, model, strip_transport(request), response, source, reason,
-                      origin=file, also=forms, stream=frames)
-    response = normalise_choices(response, endpoint, _Check(file, line, "response."))
-    usage = _sample_usage(sample_usage, len(response["choices"]), check)
-    frames = _stream(stream, endpoint, response, check)
-    reasons = {choice_unusable(endpoint, c) for c in response["choices"]} - {None}
-    record = Record(endpoint, model, strip_transport(request), response, source,
-                    None, usage, origin=file, also=forms, stream=frames, batch=batch)
-    if reasons:
-        record.unusable = sorted(r for r in reasons if r)[0]
-    return record
-
-
-def _also(endpoint: str, also: Any, check: _Check) -> list[dict[str, Any]] | None:
-    if also is None:
-        return None
-    if not isinstance(also, list) or not all(isinstance(r, dict) for r in also):
-        raise check.fail("also_requests", "expected a list of request objects")
-    for i, request in enumerate(also):
-        _validate_prompt(endpoint, request, _Check(check.file, check.line,
-                                                   f"also_requests[{i}]."))
-    return [strip_transport(r) for r in also] or None
+def _check_sample_usage(usage: Any, n: int, file: str, line: int | None) -> None:
+    if not isinstance(usage, list) or len(usage) != n:
+        raise _fail(file, line, "sample_usage", f"expected a list of {n} usage objects or nulls")
+    if not all(u is None or isinstance(u, dict) for u in usage):
+        raise _fail(file, line, "sample_usage", "expected usage objects or nulls")
 
 
 # A saved Responses answer with one of these statuses is not an answer (it failed, or was
@@ -331,17 +376,24 @@ def _also(endpoint: str, also: Any, check: _Check) -> list[dict[str, Any]] | Non
 _NOT_DONE = frozenset({"failed", "cancelled", "queued", "in_progress"})
 
 
-def _responses_unusable(response: dict[str, Any], check: _Check) -> str | None:
+def _responses_unusable(response: dict[str, Any], file: str, line: int | None) -> str | None:
     """Check a saved Responses body's shape; why it is not an answer, or None. An empty
     `output` is an answer (vLLM leaves out the message of an empty text)."""
-    output = check.get(response, "output", list)
+    output = response.get("output", MISSING)
+    if type(output) is not list:
+        output = _want(file, line, "response.output", output, list)
     for i, item in enumerate(output):
         if not isinstance(item, dict) or not isinstance(item.get("type"), str):
-            raise check.fail(f"output[{i}]", "expected an item object with a string `type`")
+            raise _fail(file, line, f"response.output[{i}]",
+                        "expected an item object with a string `type`")
         for name in ("content", "summary"):
             if item.get(name) is not None and not isinstance(item[name], list):
-                raise check.fail(f"output[{i}].{name}", "expected a list of parts or null")
+                raise _fail(file, line, f"response.output[{i}].{name}",
+                            "expected a list of parts or null")
     status = response.get("status")
+    if status is not None and not isinstance(status, str):
+        raise _fail(file, line, "response.status",
+                    f"expected a string or null, got {type_name(status)}")
     if status in _NOT_DONE:
         error = response.get("error")
         why = f": {orjson.dumps(error).decode()[:200]}" if error else ""
@@ -349,18 +401,18 @@ def _responses_unusable(response: dict[str, Any], check: _Check) -> str | None:
     return None
 
 
-def _stream(frames: Any, endpoint: str, response: dict[str, Any], check: _Check
-            ) -> list[str] | None:
-    """The saved frames of a recorded stream, checked for shape. That they aggregate to
-    the saved response (a replay sends them as they are) is checked the first time they
-    are served (`stream_mismatch`): aggregating hundreds of frames per record would make
-    loading a big recording many times slower."""
-    if frames is None:
-        return None
+def _check_stream(frames: Any, endpoint: str, response: dict[str, Any], file: str,
+                  line: int | None) -> None:
+    """The saved frames of a recorded stream: SSE frames (strings) that aggregate to the
+    saved response. A streamed replay sends them as they are, so frames that say another
+    thing than the response are a bad saved line, named when the file is loaded (by every
+    command that reads it), never found out by the first client that streams them."""
     if not isinstance(frames, list) or not frames or not all(
             isinstance(f, str) and f for f in frames):
-        raise check.fail("stream", "expected a non-empty list of SSE frames (strings)")
-    return frames
+        raise _fail(file, line, "stream", "expected a non-empty list of SSE frames (strings)")
+    why = stream_mismatch(endpoint, "".join(frames).encode(), response)
+    if why is not None:
+        raise _fail(file, line, "stream", why)
 
 
 def stream_mismatch(endpoint: str, frames: bytes, response: dict[str, Any]) -> str | None:
@@ -370,90 +422,13 @@ def stream_mismatch(endpoint: str, frames: bytes, response: dict[str, Any]) -> s
     try:
         got = family_of(endpoint).aggregate(frames)
         if endpoint != RESPONSES_PATH:
-            got = normalise_choices(got, endpoint, _Check("(stream)", None))
+            got, _ = _normalise_choices(got, endpoint, "(stream)", None, "")
     except (StreamError, LoadError) as e:
         return f"the saved stream cannot be read: {e}"
     if got != response:
         return ("the saved stream does not aggregate to the saved `response`: a streamed "
                 "replay would send another answer than a plain one")
     return None
-
-
-def _batch(batch: Any, endpoint: str, check: _Check) -> dict[str, Any] | None:
-    if batch is None:
-        return None
-    if endpoint != COMPLETION_PATH or not isinstance(batch, dict):
-        raise check.fail("batch", "expected an object, on a /v1/completions record only")
-    if not isinstance(batch.get("id"), str):
-        raise check.fail("batch.id", "expected a string")
-    size, index = batch.get("size"), batch.get("index")
-    if not (isinstance(size, int) and isinstance(index, int) and 0 <= index < size):
-        raise check.fail("batch", "expected integers `size` and `index`, 0 <= index < size")
-    if batch.get("usage") is not None and not isinstance(batch["usage"], dict):
-        raise check.fail("batch.usage", "expected an object or null")
-    return batch
-
-
-_SCALAR = (str, int, float, bool, type(None))
-
-
-def _source(source: Any, file: str, line: int | None, check: _Check) -> dict[str, Any]:
-    """`source`, with the file and line it was read at unless it names its own. The fields
-    that identify an instance must be plain values (they are compared and hashed)."""
-    source = source or {}
-    if not isinstance(source, dict):
-        raise check.fail("source", f"expected an object, got {type_name(source)}")
-    for name in ("file", "line", "instance", "run"):
-        if not isinstance(source.get(name), _SCALAR):
-            raise check.fail(f"source.{name}", "expected a string, a number or null, got "
-                             f"{type_name(source[name])}")
-    return {"file": file, "line": line, **source}
-
-
-def _validate_prompt(endpoint: str, request: dict[str, Any], check: _Check) -> None:
-    if endpoint == RESPONSES_PATH:
-        value = request.get("input")
-        if not isinstance(value, str | list):
-            raise check.fail("input", "expected a string or a list of input items")
-        return
-    if endpoint == CHAT_PATH:
-        messages = check.get(request, "messages", list)
-        if not messages or not all(isinstance(m, dict) for m in messages):
-            raise check.fail("messages", "expected a non-empty list of message objects")
-        return
-    prompt = request.get("prompt")
-    if not (isinstance(prompt, str) or is_token_ids(prompt)):
-        raise check.fail("prompt", "expected one prompt: a string or a list of token ids "
-                                   "(a batch is saved as one record per prompt)")
-
-
-def normalise_choices(response: dict[str, Any], endpoint: str, check: _Check) -> dict[str, Any]:
-    """The response with its choices in index order and indexed 0..n-1."""
-    choices = check.get(response, "choices", list)
-    if not choices or not all(isinstance(c, dict) for c in choices):
-        raise check.fail("choices", "expected a non-empty list of choice objects")
-    if len(choices) > 1 and all(isinstance(c.get("index"), int) for c in choices):
-        choices = sorted(choices, key=lambda c: c["index"])
-    want = "message" if endpoint == CHAT_PATH else "text"
-    for i, choice in enumerate(choices):
-        if want not in choice:
-            raise check.fail(f"choices[{i}].{want}", "missing")
-        if isinstance(choice.get("message"), dict):
-            _check_message(choice["message"], check, f"choices[{i}]")
-    if all(c.get("index") == i for i, c in enumerate(choices)) and choices is response[
-            "choices"]:
-        return response  # already in order and indexed (the usual case): not copied
-    return {**response, "choices": [{**c, "index": i} for i, c in enumerate(choices)]}
-
-
-def _sample_usage(usage: Any, n: int, check: _Check) -> list[Any] | None:
-    if usage is None:
-        return None
-    if not isinstance(usage, list) or len(usage) != n:
-        raise check.fail("sample_usage", f"expected a list of {n} usage objects or nulls")
-    if not all(u is None or isinstance(u, dict) for u in usage):
-        raise check.fail("sample_usage", "expected usage objects or nulls")
-    return usage
 
 
 def split_batch(

@@ -1,9 +1,13 @@
-"""Appending native records to a JSONL file, durably: whole lines, fsynced, in one file
-that one writer at a time holds.
+"""How commands write files: whole, then renamed (`written_whole`: convert's JSONL, the
+index file), or by durable appends (`RecordWriter`: the recorder's records).
 
-The recorder writes every exchange it saves here, before the client sees the end of the
-answer: an exchange a client saw complete survives a crash, and concurrent exchanges never
-interleave within a line.
+Every file a command writes gets the usual mode of a new file, 0666 less the umask, as
+any tool's output does: a converted run or an index file mounted into a container is read
+by the container's user.
+
+The recorder writes every exchange it saves through `RecordWriter`, before the client sees
+the end of the answer: an exchange a client saw complete survives a crash, and concurrent
+exchanges never interleave within a line.
 """
 
 from __future__ import annotations
@@ -11,18 +15,44 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import LoadError
 
+USUAL_MODE = 0o666  # less the umask, which the system applies
+
+
+@contextmanager
+def written_whole(out: Path) -> Iterator[Path]:
+    """A new empty file beside `out` to write, renamed to `out` once the block ends, and
+    removed if it raises: `out` is the old file or the new one whole, never a part of it.
+    A symlink `out` keeps pointing where it did: the file it points to is replaced."""
+    target = out.resolve()
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, USUAL_MODE))
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
 
 class RecordWriter:
-    """Appends whole lines to one file, fsynced, with group commit across requests."""
+    """Appends whole lines to one file, fsynced, with group commit across requests.
+
+    One writer holds the file (a lock: a second recorder on it is refused), so that lines
+    never interleave; a line goes to disk before the client sees the end of its answer, so
+    that what a client saw survives a crash; the lines that arrive while one write is on
+    its way go together in the next, so that a busy recorder does not fsync per line."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, USUAL_MODE)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

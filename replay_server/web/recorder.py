@@ -12,8 +12,14 @@
   stream's frames are saved too, as sent, so that a replay sends the same deltas in the
   same order.
 - An exchange is appended as whole lines, flushed and fsynced *before* the client sees its
-  end (the response body, or a stream's `data: [DONE]`): an exchange a client has seen
-  complete survives a SIGKILL, and concurrent exchanges never interleave within a line.
+  end (the response body, or a stream's `data: [DONE]` or the end of its body): an
+  exchange a client has seen complete survives a SIGKILL, and concurrent exchanges never
+  interleave within a line.
+- A stream is saved when the client received it whole: up to `data: [DONE]`, or, when the
+  upstream ends the body cleanly without one (openai-python accepts that), once every
+  choice the request asked for has its finish_reason (a Responses stream: its terminal
+  event). Its frames are saved as sent, with no `[DONE]` added, so that a replay sends the
+  same bytes. A stream cut before that is not saved.
 - Only exchanges delivered to the client are saved: a client that gives up (a timeout, a
   disconnect) before the answer is complete leaves nothing behind, and the upstream call
   is cancelled; it is counted as abandoned. A harness that then retries gets its retry
@@ -171,11 +177,18 @@ class Recorder:
         return Response(status_code=499)
 
     async def save_stream(self, path: str, request: dict[str, Any],
-                          aggregator: Aggregator, frames: Frames) -> bool:
+                          aggregator: Aggregator, frames: Frames, ended: bool = False
+                          ) -> bool:
         """Save a finished stream, with its frames as sent; once begun, the save completes
-        even if cancelled."""
+        even if cancelled. `ended`: the upstream's body ended cleanly before `[DONE]` (a
+        chat or completion stream is then whole if each choice the request asked for came
+        with its finish_reason; a Responses stream needs its terminal event all the same)."""
         try:
-            response = aggregator.result()
+            response = aggregator.result(ended)
+            if ended and "choices" in response and \
+                    len(response["choices"]) != _choices_asked(path, request):
+                raise StreamError("the stream ended before `data: [DONE]`, without "
+                                  "every choice the request asked for")
         except StreamError as e:
             log.warning("stream not recorded (%s): %s", path, e)
             return False
@@ -191,7 +204,8 @@ class Recorder:
 
 class _Relay(Response):
     """Passes an upstream stream through chunk by chunk, as it arrives, and saves it before
-    `data: [DONE]` goes out, unless the stream broke or the client left before its end."""
+    its end goes out (`data: [DONE]`, or the end of a body that ended cleanly without it),
+    unless the stream broke, was cut short, or the client left before its end."""
 
     def __init__(self, recorder: Recorder, path: str, request: dict[str, Any],
                  reply: httpx.Response, headers: dict[str, str]) -> None:
@@ -226,6 +240,10 @@ class _Relay(Response):
                     break
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             else:
+                if not (saved or broken or gone.is_set()):
+                    # the body ended cleanly without `[DONE]`: saved if it was whole
+                    saved = await self.recorder.save_stream(self.path, self.request,
+                                                            aggregator, frames, ended=True)
                 await send({"type": "http.response.body", "body": b""})
         except (OSError, httpx.HTTPError) as e:
             log.warning("stream relay broken (%s): %s: %s", self.path, type(e).__name__, e)
@@ -234,6 +252,17 @@ class _Relay(Response):
             await self.reply.aclose()
             if not saved:
                 self.recorder.counts["abandoned" if gone.is_set() else "aborted"] += 1
+
+
+def _choices_asked(path: str, request: dict[str, Any]) -> int:
+    """How many choices a whole answer to `request` has: `n` per prompt (a completion's
+    `prompt` may be a batch: a list of strings or of token-id lists)."""
+    n = request.get("n")
+    per_prompt = n if isinstance(n, int) and n > 0 else 1
+    prompt = request.get("prompt") if family_of(path).batched else None
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str | list) for p in prompt):
+        return per_prompt * len(prompt)
+    return per_prompt
 
 
 async def _unless_gone(work: Awaitable[T], gone: asyncio.Event) -> T | None:
@@ -281,6 +310,16 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def probe(upstream: str, timeout: float = 5.0) -> str | None:
+    """Why the upstream cannot be reached, or None: `GET /v1/models` there, where any
+    answer at all (a 401 or a 404 too) says that a server listens."""
+    try:
+        httpx.get(f"{upstream}/v1/models", timeout=timeout)
+    except httpx.HTTPError as e:
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
 def _unreachable(upstream: str, error: Exception) -> Response:

@@ -26,12 +26,13 @@ Prompts = Callable[[dict[str, Any], dict[str, Any] | None], list[dict[str, Any]]
 
 class Aggregator(Protocol):
     """A stream in, fed as it arrives: `feed` says True once the stream's end has arrived;
-    `result` is the body the same server would have answered non-streamed. Both raise
-    StreamError, and only that, for a stream that is no answer."""
+    `result` is the body the same server would have answered non-streamed (`ended`: the
+    stream's body has ended cleanly without its end marker, which some APIs accept). Both
+    raise StreamError, and only that, for a stream that is no answer."""
 
     def feed(self, data: bytes) -> bool: ...
 
-    def result(self) -> dict[str, Any]: ...
+    def result(self, ended: bool = False) -> dict[str, Any]: ...
 
 
 def _no_options(data: dict[str, Any]) -> tuple[int, bool]:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +114,192 @@ print(chat("Something never saved"))
     assert all(m["code"] == "replay_no_match" and m["nearest"] for m in misses)
     assert "    2: the last message (user): whitespace differs at the end" in result.stderr
     assert f"wrote 4 request(s) to {report}" in result.stderr
+
+
+def test_a_miss_outranks_the_command_s_own_failure() -> None:
+    """Harnesses that exit non-zero on failed items would otherwise hide the miss."""
+    script = ASK + "print(chat('Name a colour'))\nraise SystemExit(100)"
+    result = run("--", sys.executable, "-c", script)
+    assert result.returncode == 3, result.stderr
+    assert "COMMAND failed with exit status 100" in result.stderr
+    assert "1 distinct request(s) got no saved generation (1 attempt(s)): failing" \
+        in result.stderr
+
+
+def test_the_command_s_own_failure_outranks_no_requests_and_unused_samples() -> None:
+    result = run("--", sys.executable, "-c", ASK + "raise SystemExit(9)")
+    assert result.returncode == 9
+    unused = run("--", sys.executable, "-c",
+                 ASK + "chat('Write a haiku about rescoring.')\nraise SystemExit(9)")
+    assert unused.returncode == 9
+
+
+RESET = """
+import urllib.request
+urllib.request.urlopen(urllib.request.Request(
+    os.environ["OPENAI_BASE_URL"].removesuffix("/v1") + "/replay/reset", method="POST"))
+"""
+
+
+def test_a_reset_between_passes_forgets_the_cursors_not_the_misses() -> None:
+    """A harness that misses, resets (as before a second pass), then hits everything."""
+    second_pass = ALL.replace("print(chat(", "print('second pass', chat(")
+    script = ASK + "print(chat('Name a colour'))\n" + ALL + RESET + second_pass
+    result = run("--", sys.executable, "-c", script)
+    assert result.returncode == 3, result.stderr
+    # the cursors started over: the second pass got the same samples, not replay_exhausted
+    assert "second pass ['Red.', 'Blue.']" in result.stdout
+    assert "requests: 12 (10 answered from the saved run, 1 got no saved generation, " \
+        "1 reset(s))" in result.stderr
+    assert "10 prompts answered; errors: replay_no_match=1" in result.stderr
+    assert "every request was answered" not in result.stderr
+
+
+def test_never_asked_for_examples_name_each_place_once_with_its_unused_samples() -> None:
+    """An lm-eval samples line holds a doc's 3 repeats: one place, 3 samples."""
+    from replay_server.commands.run import report
+    from replay_server.commands.serve import open_run
+    from replay_server.settings import Settings
+    from replay_server.web.app import create_app
+
+    opened = open_run([ROOT / "tests/data/lm_eval/chat_repeats/tiny-model"], Settings())
+    replayer = create_app(Settings(), opened.index).state.replayer
+    endpoint, model, prompt = opened.examples[0]
+    replayer.handle(endpoint, json.dumps({"model": model, **prompt}).encode())
+    shown = next(line for line in report(replayer) if line.startswith("    e.g. "))
+    places = shown.removeprefix("    e.g. ").split("; ")
+    assert len(places) == 5
+    assert len({place.rsplit(": ", 1)[0] for place in places}) == 5
+    first = places[0]
+    assert first.startswith(str(ROOT / "tests/data/lm_eval/chat_repeats/"))
+    assert ".jsonl:1 (" in first
+    assert first.endswith(": 2 of 3") and all(p.endswith(": 3 of 3") for p in places[1:])
+
+
+def test_stop_on_miss_counts_only_requests_with_an_outcome() -> None:
+    """A request begun but not sent whole when COMMAND is stopped is cut off in flight."""
+    script = ASK + """
+import socket, time
+half = socket.create_connection(("127.0.0.1", client.base_url.port))
+half.sendall(b"POST /v1/chat/completions HTTP/1.1\\r\\nHost: x\\r\\n"
+             b"Content-Type: application/json\\r\\nContent-Length: 1000\\r\\n\\r\\n{")
+time.sleep(0.5)
+chat('Name a colour')
+time.sleep(60)
+"""
+    result = run("--stop-on-miss", "--", sys.executable, "-c", script)
+    assert result.returncode == 3, result.stderr
+    assert "requests: 1 (0 answered from the saved run, 1 got no saved generation)" in result.stderr
+    assert "1 more request(s) were cut off in flight" in result.stderr
+
+
+@pytest.mark.parametrize("over", ["the saved file", "the same file by another path",
+                                  "the index file", "the index's saved file"])
+def test_the_report_never_replaces_an_input(tmp_path: Path, over: str) -> None:
+    saved = tmp_path / "saved.jsonl"
+    saved.write_bytes((ROOT / "examples" / "demo-run.jsonl").read_bytes())
+    inputs = [str(saved)]
+    if "index" in over:
+        built = subprocess.run([*CLI[:3], "index", str(saved), "-o", str(tmp_path / "run.idx")],
+                               capture_output=True, text=True, cwd=ROOT)
+        assert built.returncode == 0, built.stderr
+        inputs = [str(tmp_path / "run.idx")]
+    target = {"the saved file": str(saved), "the index's saved file": str(saved),
+              "the same file by another path": str(tmp_path / "." / ".." / tmp_path.name /
+                                                   "saved.jsonl"),
+              "the index file": str(tmp_path / "run.idx")}[over]
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    marker = tmp_path / "command-ran"
+    result = subprocess.run(
+        [*CLI[:3], "run", *inputs, "--report", target, "--", sys.executable, "-c",
+         f"open({str(marker)!r}, 'w')"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "is one of the inputs" in result.stderr
+    assert not marker.exists()
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_every_base_url_variable_points_at_the_replay_whatever_it_held() -> None:
+    """A stale value of any of them would send a harness elsewhere (or hang it)."""
+    from replay_server.commands.base_urls import VARIABLES
+
+    named = ["FAKE_BASE_URL", "MY_URL"]
+    stale = {v.name: "http://127.0.0.1:9/v1" for v in VARIABLES}
+    stale.update({v.key: "sk-stale" for v in VARIABLES if v.key},
+                 FAKE_BASE_URL="http://127.0.0.1:9/v1", FAKE_API_KEY="sk-stale",
+                 MY_URL="http://127.0.0.1:9", MODELSCOPE_SDK_TOKEN="hub-login")
+    show = "import json, os; print(json.dumps(dict(os.environ)))"
+    args = [arg for name in named for arg in ("--base-url-var", name)]
+    result = subprocess.run([*CLI, *args, "--allow-unused", "--", sys.executable, "-c",
+                             ASK + "chat('Write a haiku about rescoring.')\n" + show],
+                            capture_output=True, text=True, cwd=ROOT, timeout=120,
+                            env={**os.environ, **stale})
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    url = seen["OPENAI_BASE_URL"]
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/v1") and ":9/" not in url
+    for variable in VARIABLES:
+        assert seen[variable.name] == (url if variable.v1 else url.removesuffix("/v1"))
+        if variable.key:
+            assert seen[variable.key] == "replay-server"
+    assert seen["FAKE_BASE_URL"] == seen["MY_URL"] == url
+    assert seen["FAKE_API_KEY"] == "replay-server" and "MY_API_KEY" not in seen
+    assert seen["MODELSCOPE_SDK_TOKEN"] == "hub-login"  # also the ModelScope hub login
+
+
+def test_a_bad_base_url_variable_name_is_a_bad_option() -> None:
+    result = run("--base-url-var", "NOT-A-NAME", "--", sys.executable, "-c", "pass")
+    assert result.returncode == 2 and "--base-url-var 'NOT-A-NAME'" in result.stderr
+
+
+def test_the_readme_lists_every_base_url_variable_run_sets() -> None:
+    from replay_server.commands.base_urls import markdown_table
+
+    assert markdown_table() in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize("provider", ["openai-api/vllm", "openai-api/fake"])
+def test_inspect_reaches_the_replay_through_its_own_variables_when_they_are_stale(
+        tmp_path: Path, provider: str) -> None:
+    """inspect_ai's openai-api/SERVICE/ reads SERVICE_BASE_URL (and SERVICE_API_KEY):
+    VLLM_BASE_URL is in run's table; FAKE_BASE_URL is named with --base-url-var."""
+    from tests.harnesses.commands import BIN, offline_env
+    from tests.harnesses.inspect_runs import read_scores
+
+    saved = next((ROOT / "tests/data/inspect_ai/arith").glob("*.eval"))
+    tasks = shutil.copytree(ROOT / "tests/data/gen/tasks", tmp_path / "tasks")
+    stale = {"VLLM_BASE_URL": "http://127.0.0.1:9/v1", "VLLM_API_KEY": "stale",
+             "FAKE_BASE_URL": "http://127.0.0.1:9/v1", "FAKE_API_KEY": "stale",
+             "INSPECT_EVAL_MODEL_BASE_URL": "http://127.0.0.1:9/v1"}
+    named = ["--base-url-var", "FAKE_BASE_URL"] if provider.endswith("fake") else []
+    inspect = [str(BIN / "inspect"), "eval", "inspect_arith.py", "--model",
+               f"{provider}/tiny-model", "--log-dir", str(tmp_path / "logs"), "--temperature",
+               "0", "--display", "plain", "--max-retries", "1", "--timeout", "10"]
+    result = subprocess.run([*CLI[:3], "run", str(saved), *named, "--", *inspect],
+                            capture_output=True, text=True, cwd=tasks, timeout=300,
+                            env={**offline_env(tmp_path), **stale})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "every request was answered from the saved run" in result.stderr
+    scores = read_scores(tmp_path / "logs", result.stdout)
+    assert scores.status == "success" and scores.metrics["includes/accuracy"] == 1 / 3
+
+
+def test_the_example_harness_says_what_a_miss_is_and_fails_on_one(tmp_path: Path) -> None:
+    """docker/example-harness.py under `run`: it passes on the example run, and on a run
+    that lacks one of its questions it fails with the status its docstring names."""
+    harness = ROOT / "docker" / "example-harness.py"
+    passed = subprocess.run([*CLI, "--allow-unused", "--", sys.executable, str(harness)],
+                            capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert passed.returncode == 0, passed.stderr
+    assert "accuracy: 3/3" in passed.stdout
+    saved = tmp_path / "without-paris.jsonl"
+    lines = (ROOT / "examples/demo-run.jsonl").read_text().splitlines(keepends=True)
+    saved.write_text("".join(line for line in lines if "capital of France" not in line))
+    missed = subprocess.run([*CLI[:3], "run", str(saved), "--", sys.executable, str(harness)],
+                            capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert missed.returncode == 3, missed.stderr
+    status = re.search(r"/completions: HTTP (\d+): ", missed.stderr)
+    assert status is not None and "replay_no_match" in missed.stderr
+    doc = ast.get_docstring(ast.parse(harness.read_text())) or ""
+    assert f"HTTP {status[1]}" in doc and "422" not in doc

@@ -11,7 +11,6 @@ import pytest
 
 from replay_server.errors import LoadError
 from replay_server.index import file as index_file
-from replay_server.index.catalog import Catalog, SortedCatalog
 from replay_server.index.file import StoredIndex
 from replay_server.index.loading import load
 from replay_server.settings import Settings
@@ -98,24 +97,23 @@ def test_a_changed_source_is_reported(tmp_path: Path) -> None:
     assert StoredIndex(index).stale_sources() == [str(saved)]
 
 
-def test_an_index_file_is_the_same_from_compressed_or_sorted_catalogs(tmp_path: Path) -> None:
-    """`replay-server index` keeps its catalogs uncompressed until they are written: the
-    file holds the same rows as one written from a server's compressed catalogs."""
+def test_the_index_file_keeps_the_catalog_and_finds_the_same_nearest_prompt(
+        tmp_path: Path) -> None:
+    """The file's prompt table holds the in-memory catalog's rows in its order, and the
+    one bisection over it finds what it finds in memory."""
     saved = write_jsonl(tmp_path / "run.jsonl", [
-        chat_record(f"q{i % 37}", chat_response(f"a{i}"), line=i) for i in range(1500)])
-    tables = []
-    for compress in (True, False):
-        index = tmp_path / f"{compress}.idx"
-        loaded = load([saved, *SAVED], progress=False, compress_catalogs=compress)
-        assert all(isinstance(c, Catalog if compress else SortedCatalog)
-                   for c in loaded.index.catalogs.values())
-        index_file.write(loaded, index)
-        with sqlite3.connect(index) as db:
-            tables.append([db.execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall()
-                           for table in ("models", "entries", "prompts", "prompt_ranges",
-                                         "responses")])
-        db.close()
-    assert tables[0] == tables[1] and tables[0][2]
+        chat_record(f"q{i % 37} {'x' * (i % 5)}", chat_response(f"a{i}"), line=i)
+        for i in range(300)])
+    loaded = load([saved, *SAVED], progress=False)
+    index_file.write(loaded, tmp_path / "run.idx")
+    stored = StoredIndex(tmp_path / "run.idx")
+    assert set(stored.model_ids) == {model for model, _ in loaded.index.catalogs}
+    for (model, kind), memory in loaded.index.catalogs.items():
+        on_disk = stored.catalog(model, kind)
+        assert list(on_disk.items()) == list(memory.items()) and len(on_disk) > 0
+        for prompt, _ in list(memory.items())[::7]:
+            for asked in (prompt, prompt[:-3] + b"zz" + prompt[-3:], prompt[:len(prompt) // 2]):
+                assert on_disk.nearest(asked) == memory.nearest(asked)
 
 
 def test_a_non_index_file_is_refused(tmp_path: Path) -> None:

@@ -14,16 +14,15 @@ import pytest
 
 from replay_server.errors import LoadError
 from replay_server.index.loading import load
-from replay_server.paths import CHAT_PATH, RESPONSES_PATH
-from replay_server.saved.record import stream_mismatch, validate
+from replay_server.paths import RESPONSES_PATH
+from replay_server.saved.record import validate
 from replay_server.saved.writer import RecordWriter
 from replay_server.settings import Settings
 from replay_server.web.recorder import Recorder, create_record_app
-from replay_server.wire.chat.stream_out import STREAM as CHAT_STREAM
 from replay_server.wire.responses.stream_in import aggregate
 from replay_server.wire.responses.stream_out import events_for
 from tests.fakemodel.server import create_app as fake_model
-from tests.support import assert_error, chat_response, running, serving, user, write_jsonl
+from tests.support import assert_error, running, serving, write_jsonl
 
 MODEL = "tiny-model"
 CALCULATOR: Any = {"type": "function", "name": "calculator", "description": "Evaluates arithmetic.",
@@ -209,44 +208,6 @@ def test_responses_records_are_checked_with_file_and_line(tmp_path: Path) -> Non
     assert validate({**saved("Hello there."), "stream": frames}, "f", 1).stream == frames
     with pytest.raises(LoadError, match=r"field `stream`: expected a non-empty list"):
         validate({**saved("x"), "stream": "data: x"}, "f", 2)
-
-
-def test_frames_that_do_not_aggregate_to_the_saved_response_are_never_streamed(
-        tmp_path: Path) -> None:
-    """A response edited by hand, its frames left as they were: checked when first
-    streamed (checking every record's frames at load would make loading slow)."""
-    frames = [f.decode() for f in events_for(saved("Hello there.")["response"])]
-    edited = {**saved("Hello!"), "stream": frames}
-    assert "does not aggregate" in (stream_mismatch(
-        RESPONSES_PATH, "".join(frames).encode(), edited["response"]) or "")
-    path = write_jsonl(tmp_path / "run.jsonl", [edited])
-    with serving([path]) as url:
-        plain = httpx.post(url + "/responses", json={"model": MODEL, "input": "hi"})
-        assert plain.json()["output"][0]["content"][0]["text"] == "Hello!"
-        for _ in range(2):
-            streamed = httpx.post(url + "/responses", json={"model": MODEL, "input": "hi",
-                                                          "stream": True})
-            error = assert_error(streamed, 400, "replay_unusable")
-            assert "does not aggregate" in error["message"] and "run.jsonl:1" in error["message"]
-
-
-def test_chat_frames_that_do_not_aggregate_to_the_saved_answer_are_never_streamed(
-        tmp_path: Path) -> None:
-    """The same for chat: recorded frames that say something else than the saved answer
-    are refused when streamed, never sent."""
-    frames = [f.decode() for f in CHAT_STREAM.chunks(chat_response("Hello there."),
-                                                     include_usage=False)]
-    edited = {"replay_record": 1, "endpoint": CHAT_PATH, "model": MODEL,
-              "request": {"model": MODEL, "messages": user("hi")},
-              "response": chat_response("Hello!"), "stream": frames}
-    path = write_jsonl(tmp_path / "run.jsonl", [edited])
-    body = {"model": MODEL, "messages": user("hi")}
-    with serving([path]) as url:
-        plain = httpx.post(url + "/chat/completions", json=body)
-        assert plain.json()["choices"][0]["message"]["content"] == "Hello!"
-        streamed = httpx.post(url + "/chat/completions", json={**body, "stream": True})
-        error = assert_error(streamed, 400, "replay_unusable")
-        assert "does not aggregate" in error["message"] and "run.jsonl:1" in error["message"]
 
 
 def test_strict_mode_compares_the_responses_sampling_fields(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import httpx
 import openai
 import orjson
 import pytest
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -24,7 +25,7 @@ from replay_server.paths import CHAT_PATH
 from replay_server.saved.writer import RecordWriter
 from replay_server.web.recorder import Recorder, create_record_app
 from tests.fakemodel.server import create_app as fake_model
-from tests.support import running, serving, spawn, wait_for
+from tests.support import free_port, running, serving, spawn, wait_for
 
 pytestmark = pytest.mark.http
 MODEL = "tiny-model"
@@ -298,8 +299,6 @@ def test_header_values_are_forwarded_without_surrounding_spaces(
 
 
 def test_an_unreachable_upstream_is_a_502_in_the_envelope(tmp_path: Path) -> None:
-    from tests.support import free_port
-
     rec = Recorder(f"http://127.0.0.1:{free_port()}", RecordWriter(tmp_path / "run.jsonl"))
     with running(create_record_app(rec)) as url:
         r = httpx.post(url + "/chat/completions", json={"model": MODEL, "messages": question(1)})
@@ -307,3 +306,117 @@ def test_an_unreachable_upstream_is_a_502_in_the_envelope(tmp_path: Path) -> Non
     assert r.status_code == 502
     assert r.json()["error"]["type"] == "BadGatewayError" and r.json()["error"]["code"] == 502
     assert "x-should-retry" not in r.headers
+
+
+def test_record_says_at_start_that_the_upstream_is_unreachable_and_records_once_it_is_up(
+        tmp_path: Path) -> None:
+    port = free_port()
+    out = tmp_path / "late.jsonl"
+    with spawn("record", "--upstream", f"http://127.0.0.1:{port}/v1", "--out", str(out),
+               "--log-level", "warning") as recording:
+        assert f"cannot reach the upstream http://127.0.0.1:{port}" in recording.output
+        assert "keeps serving" in recording.output
+        r = httpx.post(recording.url + "/chat/completions",
+                       json={"model": MODEL, "messages": question(1)}, timeout=30)
+        assert r.status_code == 502
+        config = uvicorn.Config(fake_model([MODEL]), host="127.0.0.1", port=port,
+                                log_level="warning")
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: server.started)
+            with openai.OpenAI(base_url=recording.url, api_key="x") as client:
+                answer = client.chat.completions.create(model=MODEL, messages=question(1))
+        finally:
+            server.should_exit = True
+            thread.join(10)
+    assert orjson.loads(out.read_bytes())["response"]["choices"][0]["message"]["content"] \
+        == answer.choices[0].message.content
+
+
+def test_record_says_nothing_of_the_kind_when_the_upstream_answers(upstream: str,
+                                                                  tmp_path: Path) -> None:
+    with spawn("record", "--upstream", upstream, "--out", str(tmp_path / "r.jsonl")) as rec:
+        assert "cannot reach" not in rec.output
+        assert f"forwarding to {upstream.removesuffix('/v1')}" in rec.output
+
+
+def _chunk(*choices: dict[str, Any], usage: Any = None, kind: str = "chat.completion.chunk"
+           ) -> bytes:
+    body = {"id": "c9", "object": kind, "created": 1, "model": MODEL, "choices": list(choices)}
+    if usage is not None:
+        body["usage"] = usage
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def _delta(index: int, text: str, finish: str | None = None) -> dict[str, Any]:
+    return {"index": index, "delta": {"content": text}, "finish_reason": finish}
+
+
+USAGE = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+# Streams whose upstream closes the body cleanly without `data: [DONE]`: (path, request
+# extras, frames, whether the client received it whole)
+NO_DONE = {
+    "chat, every choice finished": (CHAT_PATH, {"n": 2}, [
+        _chunk(_delta(0, "Hi"), _delta(1, "Yo")), _chunk(_delta(0, " there", "stop")),
+        _chunk(_delta(1, "!", "length")), _chunk(usage=USAGE)], True),
+    "completion, finished": ("/v1/completions", {}, [
+        _chunk({"index": 0, "text": " Paris", "finish_reason": None}, kind="text_completion"),
+        _chunk({"index": 0, "text": ".", "finish_reason": "stop"}, kind="text_completion")],
+        True),
+    "chat, cut before its finish_reason": (CHAT_PATH, {}, [_chunk(_delta(0, "Hi"))], False),
+    "chat, one of two choices finished": (CHAT_PATH, {"n": 2}, [
+        _chunk(_delta(0, "Hi"), _delta(1, "Yo")), _chunk(_delta(0, "!", "stop"))], False),
+    "chat, the second choice never came": (CHAT_PATH, {"n": 2}, [
+        _chunk(_delta(0, "Hi", "stop"))], False),
+}
+
+
+def no_done_upstream(frames: list[bytes]) -> Starlette:
+    async def answer(request: Request) -> StreamingResponse:
+        async def events() -> AsyncIterator[bytes]:
+            for frame in frames:
+                yield frame
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route(path, answer, methods=["POST"])
+                             for path in (CHAT_PATH, "/v1/completions")])
+
+
+@pytest.mark.parametrize("case", list(NO_DONE))
+def test_a_stream_received_whole_without_done_is_saved_and_replayed_as_sent(
+        tmp_path: Path, case: str) -> None:
+    path, extra, frames, whole = NO_DONE[case]
+    body: dict[str, Any] = {"model": MODEL, "stream": True, **extra}
+    body.update({"messages": question(9)} if path == CHAT_PATH else {"prompt": "France's?"})
+    if "usage" in case or any(b'"usage"' in f for f in frames):
+        body["stream_options"] = {"include_usage": True}
+    out = tmp_path / "run.jsonl"
+    with running(no_done_upstream(frames)) as up:
+        rec = Recorder(up, RecordWriter(out))
+        with running(create_record_app(rec)) as url:
+            with openai.OpenAI(base_url=url, api_key="x") as client:
+                create = client.chat.completions.create if path == CHAT_PATH \
+                    else client.completions.create
+                received = streamed(create(**{k: v for k, v in body.items()
+                                              if k != "stream"}, stream=True))
+        rec.writer.close()
+    assert len(received) == (1 if "second" in case else extra.get("n", 1))
+    if not whole:
+        assert out.read_bytes() == b"" and rec.counts["aborted"] == 1
+        return
+    assert rec.counts["recorded"] == 1 and rec.counts["aborted"] == 0
+    saved = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert saved[0]["stream"] == [f.decode() for f in frames]  # no invented [DONE]
+    with serving([out]) as replay:
+        replayed = httpx.post(replay.removesuffix("/v1") + path, json=body, timeout=20)
+        with openai.OpenAI(base_url=replay, api_key="x") as client:
+            create = client.chat.completions.create if path == CHAT_PATH \
+                else client.completions.create
+            again = streamed(create(**{k: v for k, v in body.items() if k != "stream"},
+                                    stream=True))
+    assert replayed.status_code == 200 and replayed.content == b"".join(frames)
+    assert again == received
+    assert {c["finish_reason"] for c in saved[0]["response"]["choices"]} == {
+        s["finish"] for s in received.values()}

@@ -72,15 +72,15 @@ STREAM = streamed(CHAT_PATH, BODY, False)
     STREAM.replace(b',"model"', b'\ndata: ,"model"', 1),  # data on two lines
     STREAM.replace(b"data: {", b"data:{"), STREAM.replace(b"\n\ndata: ", b"\n\n\ndata: "),
     STREAM + b"data: [DONE]\n\n", STREAM + b": a comment after the end\n\n",
+    STREAM[:-2], STREAM.replace(b"data: [DONE]\n\n", b""),  # every choice finished, no [DONE]
 ], ids=["crlf", "cr", "comment", "event-field", "two-data-lines", "no-space",
-        "blank-lines", "done-twice", "comment-after"])
+        "blank-lines", "done-twice", "comment-after", "done-unended", "no-done"])
 def test_what_the_sse_rules_allow_aggregates_alike(other: bytes) -> None:
     assert aggregated(CHAT_PATH, other) == aggregated(CHAT_PATH, STREAM)
 
 
 @pytest.mark.parametrize("other, reason", [
-    (STREAM[:-2], "ended before `data: [DONE]`"),  # its last frame never ended
-    (STREAM.replace(b"data: [DONE]\n\n", b""), "ended before"),
+    (STREAM[:STREAM.rindex(b"data: {")], "with a choice that has no finish_reason"),
     (STREAM.replace(b'{"id"', b'{\n"id"', 1), "not JSON"),  # a line that is not data
     (STREAM.replace(b'"content":"a"', b'"content":1', 1), "not a string"),
     (STREAM.replace(b'"content":" b"', b'"content":" b","refusal":2', 1), "not a string"),

@@ -4,9 +4,10 @@ A reader claims files (`detect`, from the path and the file's first bytes) and t
 files it claimed in one group (one command-line argument) into native records (`read`).
 Adding a harness is adding one module with one reader, and listing it in `formats/__init__`.
 
-Readers report bad lines through `LoadContext.bad` (which raises unless the user asked to
-skip bad lines) and rows they deliberately leave out (loglikelihood rows, truncated
-prompts) through `LoadContext.skip`, so that nothing is dropped without a count.
+Every reader's loop is `read_rows`: a row it finds bad raises LoadError (FILE:LINE, the
+field and why), which goes to `LoadContext.bad` (that stops the load unless the user asked
+to skip bad lines); a row it deliberately leaves out (loglikelihood rows, truncated prompts)
+goes to `LoadContext.skip` with its reason, so that nothing is dropped without a count.
 
 Readers make their records with `records.make_record` (checked as a saved line is, with
 FILE:LINE errors) and share the helpers below: `dig` and `read_json` for run metadata,
@@ -19,10 +20,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -34,6 +35,13 @@ from ..record import Record
 
 
 class Reader(Protocol):
+    """One harness's saved files, read as they are (`formats/*.py`, one module each).
+
+    A reader knows its harness's files and nothing else: it claims them, rebuilds the
+    request the harness sent and the answer it got, and makes records with `make_record`.
+    Everything after (keys, samples, replies) is the same for every harness, so adding a
+    harness is adding a reader."""
+
     name: str
 
     def detect(self, path: Path, head: bytes) -> bool:
@@ -47,6 +55,10 @@ class Reader(Protocol):
 
 @dataclass
 class LoadContext:
+    """How a load goes, and what it met: every reader reports here, so that a bad line
+    stops every load the same way (or, with --skip-bad-lines, is listed), and every row a
+    reader leaves out on purpose is counted with its reason. Nothing is dropped unsaid."""
+
     skip_bad_lines: bool = False
     max_line: int = DEFAULT_MAX_LINE
     # The run's tokenizer (tokens.LocalTokenizer), when the user gave one (--tokenizer):
@@ -72,6 +84,29 @@ class LoadContext:
 
     def progress(self, nbytes: int) -> None:
         self.on_progress(nbytes)
+
+
+Row = TypeVar("Row")
+Made = TypeVar("Made")
+
+
+def read_rows(rows: Iterable[Row], read: Callable[[Row], Made | None], ctx: LoadContext,
+              place: Callable[[Row], str] | None = None) -> Iterator[Made]:
+    """What `read` makes of each row, in order, leaving out None (a row it left out, having
+    told `ctx.skip` why). A row that `read` finds bad raises LoadError, naming the file, the
+    line and the field (`place` names the row where a file has no lines): the error goes to
+    `ctx.bad`, and the row yields nothing, whatever `read` would have made of it (a reader
+    that makes several records of a row returns them as a list)."""
+    for row in rows:
+        try:
+            made = read(row)
+        except LoadError as error:
+            if place is not None and error.line is None and error.place is None:
+                error = LoadError(error.file, None, error.reason, error.field, place(row))
+            ctx.bad(error)
+            continue
+        if made is not None:
+            yield made
 
 
 def head_keys(head: bytes) -> set[str]:

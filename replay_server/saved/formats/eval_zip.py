@@ -22,8 +22,8 @@ from typing import IO, Any, cast
 import orjson
 import zstandard
 
-from ...errors import LoadError
-from .base import LoadContext
+from ...errors import LoadError, where_of
+from .base import LoadContext, read_rows
 
 ZSTD_METHOD = 93
 CHUNK = 1 << 20
@@ -48,25 +48,24 @@ def eval_samples(path: Path, ctx: LoadContext) -> Iterator[dict[str, Any]]:
         for info in archive.infolist():
             if CHUNKED.match(info.filename):
                 ctx.skip("sample in inspect's chunked layout (not read)",
-                         f"{file}:{info.filename}")
+                         where_of(file, info.filename))
         members = sorted((i for i in archive.infolist() if SAMPLE.match(i.filename)),
                          key=_epoch)
         unread = path.stat().st_size - sum(i.compress_size for i in members)
         ctx.progress(max(unread, 0))  # the header, summaries and journal: not read
-        for info in members:
+
+        def sample(info: zipfile.ZipInfo) -> dict[str, Any]:
             ctx.progress(info.compress_size)
+            data = _member(archive, raw, info, file)
             try:
-                sample = orjson.loads(_member(archive, raw, info, file))
+                value = orjson.loads(data)
             except orjson.JSONDecodeError as e:
-                ctx.bad(LoadError(file, None, f"{info.filename}: not valid JSON: {e}"))
-                continue
-            except LoadError as error:
-                ctx.bad(error)
-                continue
-            if isinstance(sample, dict):
-                yield sample
-            else:
-                ctx.bad(LoadError(file, None, f"{info.filename}: expected a JSON object"))
+                raise LoadError(file, None, f"{info.filename}: not valid JSON: {e}") from None
+            if not isinstance(value, dict):
+                raise LoadError(file, None, f"{info.filename}: expected a JSON object")
+            return value
+
+        yield from read_rows(members, sample, ctx)
 
 
 def eval_member(path: Path, name: str) -> bytes | None:

@@ -44,10 +44,19 @@ from typing import Any
 import orjson
 import yaml
 
-from ...errors import LoadError
+from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH
 from ..record import Record, make_record
-from .base import LoadContext, dig, head_keys, json_lines, read_side_file, text_response, usage
+from .base import (
+    LoadContext,
+    dig,
+    head_keys,
+    json_lines,
+    read_rows,
+    read_side_file,
+    text_response,
+    usage,
+)
 
 HARNESS = "evalscope"
 PREDICTION_KEYS = {"index", "model", "model_output", "messages"}
@@ -78,6 +87,8 @@ class Config:
 
 
 class EvalscopeReader:
+    """evalscope work directories of `openai_api` runs: predictions and the task config."""
+
     name = "evalscope"
 
     def detect(self, path: Path, head: bytes) -> bool:
@@ -146,23 +157,17 @@ class _Predictions:
         self.groups: dict[int, tuple[int, dict[str, Any]]] = {}
 
     def records(self) -> Iterator[Record]:
-        read: list[tuple[int, Record]] = []
-        for line, obj in json_lines(self.path, self.ctx):
-            try:
-                found = self._line(line, obj)
-            except LoadError as error:
-                self.ctx.bad(error)
-                continue
-            if found is not None:
-                read.append(found)
-        read.sort(key=lambda item: item[0])
+        read = sorted(read_rows(json_lines(self.path, self.ctx), self._line, self.ctx),
+                      key=lambda item: item[0])
         for _, record in read:
             yield record
 
     def fail(self, line: int, name: str, reason: str) -> LoadError:
         return LoadError(self.file, line, reason, field=name)
 
-    def _line(self, line: int, obj: Any) -> tuple[int, Record] | None:
+    def _line(self, numbered: tuple[int, Any]) -> tuple[int, Record] | None:
+        """(index, record) of one predictions line; None for a line left out (counted)."""
+        line, obj = numbered
         if not isinstance(obj, dict):
             raise LoadError(self.file, line, "expected a JSON object")
         index, model, messages = obj.get("index"), obj.get("model"), obj.get("messages")
@@ -175,7 +180,7 @@ class _Predictions:
                 or messages[-1].get("role") != "assistant"):
             raise self.fail(line, "messages", "expected the prompt messages then the answer "
                             "(an assistant message)")
-        where = f"{self.file}:{line}"
+        where = where_of(self.file, line)
         reason = self.config.refused or (AGENT if obj.get("agent_trace") is not None else None)
         built = None if reason else _wire_messages(messages[:-1])
         if isinstance(built, str):
@@ -214,7 +219,7 @@ class _Predictions:
             raise self.fail(line, "index", f"index {index} is already at line {first[0]} "
                             "with another prompt or answer: two runs appended to one "
                             "predictions file? keep one run's lines")
-        self.ctx.skip(DUPLICATE, f"{self.file}:{line}")
+        self.ctx.skip(DUPLICATE, where_of(self.file, line))
         return True
 
     def _same_group(self, line: int, index: int, request: dict[str, Any]) -> None:

@@ -33,10 +33,10 @@ from typing import Any
 
 import orjson
 
-from ...errors import LoadError
+from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH, RESPONSES_PATH
 from ..record import Record, make_record
-from .base import LoadContext, synthetic_id, text_response
+from .base import LoadContext, read_rows, synthetic_id, text_response
 from .eval_zip import eval_samples
 
 HARNESS = "inspect_ai"
@@ -48,6 +48,8 @@ NOT_LOGGED = ("model call not saved: call.request missing (inspect logs the firs
 
 
 class InspectAIReader:
+    """inspect_ai logs (`.eval` zips and `.json`): one record per model call."""
+
     name = "inspect_ai"
 
     def detect(self, path: Path, head: bytes) -> bool:
@@ -105,18 +107,19 @@ def _sample_records(sample: dict[str, Any], file: str, ctx: LoadContext) -> Iter
     for retry in sample.get("error_retries") or []:
         for _ in _model_events(retry.get("events") if isinstance(retry, dict) else None):
             ctx.skip("model call of a failed sample attempt (error_retries)",
-                     f"{file} (sample {sample_id!r}, epoch {epoch})")
-    for n, event in enumerate(_model_events(sample.get("events"))):
-        place = f"sample {sample_id!r}, epoch {epoch}, model call {n}"
+                     where_of(file, None, f"sample {sample_id!r}, epoch {epoch}"))
+
+    def place(numbered: tuple[int, dict[str, Any]]) -> str:
+        return f"sample {sample_id!r}, epoch {epoch}, model call {numbered[0]}"
+
+    def call(numbered: tuple[int, dict[str, Any]]) -> Record | None:
+        event = numbered[1]
         source = {"harness": HARNESS, "instance": str(sample_id), "epoch": epoch,
                   "event": event.get("uuid")}
-        try:
-            record = _record(event, pool, attachments, source, file, f"{file} ({place})", ctx)
-        except LoadError as error:
-            ctx.bad(LoadError(file, None, f"{place}: {error.reason}", field=error.field))
-            continue
-        if record is not None:
-            yield record
+        return _record(event, pool, attachments, source, file,
+                       where_of(file, None, place(numbered)), ctx)
+
+    yield from read_rows(enumerate(_model_events(sample.get("events"))), call, ctx, place)
 
 
 def _record(event: dict[str, Any], pool: list[Any], attachments: dict[str, str],

@@ -45,13 +45,14 @@ from typing import Any
 
 import orjson
 
-from ...errors import LoadError
+from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH
 from ..record import Record, make_record
 from .base import (
     LoadContext,
     dig,
     read_json,
+    read_rows,
     strip_litellm_provider,
     synthetic_id,
     text_response,
@@ -90,6 +91,8 @@ class Run:
 
 
 class LightevalReader:
+    """lighteval details files (parquet), with the results file that names the model."""
+
     name = "lighteval"
 
     def detect(self, path: Path, head: bytes) -> bool:
@@ -159,19 +162,14 @@ class _Details:
         self.seen: dict[str, tuple[int, bytes]] = {}
 
     def records(self) -> Iterator[Record]:
-        for number, row in _rows(self.path, self.ctx):
-            try:
-                record = self._record(number, row)
-            except LoadError as error:
-                self.ctx.bad(error)
-                continue
-            if record is not None:
-                yield record
+        return read_rows(_rows(self.path, self.ctx), self._record, self.ctx)
 
     def fail(self, number: int, name: str, reason: str) -> LoadError:
         return LoadError(self.file, number, reason, field=name)
 
-    def _record(self, number: int, row: dict[str, Any]) -> Record | None:
+    def _record(self, numbered: tuple[int, dict[str, Any]]) -> Record | None:
+        """The record of one details row; None for a row that repeats a doc read already."""
+        number, row = numbered
         doc, answer = row.get("doc") or {}, row.get("model_response") or {}
         doc_id = doc.get("id")
         if doc_id is None:
@@ -188,7 +186,7 @@ class _Details:
             if first[1] != digest:
                 raise self.fail(number, "doc.id", f"doc {doc_id} is already at row {first[0]} "
                                 "with another prompt or answer")
-            self.ctx.skip(DUPLICATE, f"{self.file}:{number}")
+            self.ctx.skip(DUPLICATE, where_of(self.file, number))
             return None
         task = doc.get("task_name") if isinstance(doc.get("task_name"), str) else self.task
         request = _request(self.run, doc, messages, n)

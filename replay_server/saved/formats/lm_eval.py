@@ -41,15 +41,16 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from ...errors import LoadError
+from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH, COMPLETION_PATH
 from ..record import Record, make_record
-from .base import LoadContext, json_lines, synthetic_id, text_response
+from .base import LoadContext, json_lines, read_rows, synthetic_id, text_response
 
 HARNESS = "lm-eval"
 PLACEHOLDER = "LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER"
@@ -80,6 +81,8 @@ def _flag(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.strip().lower() == "true")
 
 class LmEvalReader:
+    """lm-evaluation-harness samples files, with the results file beside them."""
+
     name = "lm-eval"
 
     def detect(self, path: Path, head: bytes) -> bool:
@@ -145,21 +148,22 @@ def _model_args(value: Any) -> dict[str, Any]:
 def _read_samples(path: Path, task: str, run: Run, ctx: LoadContext) -> Iterator[Record]:
     file = str(path)
     seen: dict[Any, tuple[int, bytes]] = {}
-    for line, row in json_lines(path, ctx):
-        try:
-            arguments, resps = _row(row, file, line)
-            digest = hashlib.blake2b(orjson.dumps([arguments, resps]), digest_size=16).digest()
-            first = seen.setdefault(row["doc_id"], (line, digest))
-            if first != (line, digest):
-                if first[1] != digest:
-                    raise LoadError(file, line, f"doc_id {row['doc_id']} was read at line "
-                                    f"{first[0]} with other arguments or resps", field="resps")
-                ctx.skip(SKIP_DUPLICATE, f"{file}:{line}")
-                continue
-            yield from _records(arguments, resps, f"{task}:{row['doc_id']}", run, ctx,
-                                file, line)  # a list: a bad row yields nothing
-        except LoadError as error:
-            ctx.bad(error)
+
+    def doc(numbered: tuple[int, Any]) -> list[Record] | None:
+        """The records of one samples row; None for a row that repeats a doc read already."""
+        line, row = numbered
+        arguments, resps = _row(row, file, line)
+        digest = hashlib.blake2b(orjson.dumps([arguments, resps]), digest_size=16).digest()
+        first = seen.setdefault(row["doc_id"], (line, digest))
+        if first != (line, digest):
+            if first[1] != digest:
+                raise LoadError(file, line, f"doc_id {row['doc_id']} was read at line "
+                                f"{first[0]} with other arguments or resps", field="resps")
+            ctx.skip(SKIP_DUPLICATE, where_of(file, line))
+            return None
+        return _records(arguments, resps, f"{task}:{row['doc_id']}", run, ctx, file, line)
+
+    return chain.from_iterable(read_rows(json_lines(path, ctx), doc, ctx))
 
 
 def _row(row: Any, file: str, line: int) -> tuple[list[dict[str, Any]], list[Any]]:
@@ -210,7 +214,7 @@ def _records(requests: list[dict[str, Any]], resps: list[Any], doc: str, run: Ru
     for i, (args, answers) in enumerate(zip(requests, resps, strict=True)):
         reason = _kind(args, ctx.tokenizer)
         instance = doc if i == 0 else f"{doc}:{i}"
-        where = f"{Path(file).name}:{line}:{i}"
+        where = f"{where_of(Path(file).name, line)}:{i}"  # (a seed of response ids)
         if reason == LOGLIKELIHOOD:
             records.append(_loglikelihood(args, answers, run, ctx.tokenizer, file, line,
                                           instance, where, f"resps[{i}]"))
@@ -229,7 +233,7 @@ def _records(requests: list[dict[str, Any]], resps: list[Any], doc: str, run: Ru
         records += [_record(endpoint, body, text, run.model, file, line, instance,
                             f"{where}:{j}", also) for j, text in enumerate(answers)]
     for reason in sorted(skipped):
-        ctx.skip(reason, f"{file}:{line}")
+        ctx.skip(reason, where_of(file, line))
     return records
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from ...errors import LoadError
 from ..record import MARKER, Record, validate
-from .base import LoadContext, json_lines
+from .base import LoadContext, json_lines, read_rows
 
 
 class NativeReader:
+    """replay-server's own records (`record`, `convert`): read as they are saved."""
+
     name = "native"
 
     def detect(self, path: Path, head: bytes) -> bool:
@@ -18,14 +19,9 @@ class NativeReader:
 
     def read(self, files: list[Path], ctx: LoadContext) -> Iterator[Record]:
         for path in files:
-            yield from self._read_file(path, ctx)
+            yield from _records(path, ctx)
 
-    def _read_file(self, path: Path, ctx: LoadContext) -> Iterator[Record]:
-        file = str(path)
-        for line, value in json_lines(path, ctx):
-            try:
-                record = validate(value, file, line)
-            except LoadError as error:
-                ctx.bad(error)
-                continue
-            yield record
+
+def _records(path: Path, ctx: LoadContext) -> Iterator[Record]:
+    file = str(path)
+    return read_rows(json_lines(path, ctx), lambda row: validate(row[1], file, row[0]), ctx)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from .base import (
     LoadContext,
     dig,
     read_json,
+    read_rows,
     strip_litellm_provider,
     synthetic_id,
     text_response,
@@ -65,6 +67,8 @@ ELEMENTS_MARK = re.compile(r"<<truncated \d+ elements>>")
 
 
 class OeEvalReader:
+    """oe-eval (OLMES) task files: predictions joined to requests on (doc_id, idx)."""
+
     name = "oe-eval"
 
     def detect(self, path: Path, head: bytes) -> bool:
@@ -145,19 +149,19 @@ class _Task:
                               "model_config.model", field="model_config.model"))
 
     def records(self) -> Iterator[Record]:
-        for doc_id, row in Predictions(self.predictions, self.ctx):
-            try:
-                yield from self._doc(doc_id, row)
-            except LoadError as error:
-                self.ctx.bad(error)
+        yield from chain.from_iterable(read_rows(Predictions(self.predictions, self.ctx),
+                                                 self._doc, self.ctx))
         for left in self.requests.leftovers():
             self.ctx.skip("request with no saved output", left.where)
 
-    def _doc(self, doc_id: int, row: Row) -> Iterator[Record]:
+    def _doc(self, numbered: tuple[int, Row]) -> list[Record]:
+        """One record per repeat of a doc (`model_output[idx]`), joined to its request row."""
+        doc_id, row = numbered
         outputs = row.obj.get("model_output")
         if not isinstance(outputs, list):
             raise row.fail("model_output", "expected a list")
         shared: tuple[dict[str, Any], list[Any]] | None = None
+        records = []
         for idx, output in enumerate(outputs):
             given = self.requests.take((doc_id, idx))
             if given is None:
@@ -173,7 +177,8 @@ class _Task:
                 self.ctx.skip(TRUNCATED, given.where)
             else:
                 shared, messages = self._messages(given, request, shared)
-                yield self._record(doc_id, idx, row, given, messages, output)
+                records.append(self._record(doc_id, idx, row, given, messages, output))
+        return records
 
     def _messages(self, given: Row, request: dict[str, Any],
                   shared: tuple[dict[str, Any], list[Any]] | None

@@ -36,10 +36,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ...errors import LoadError
 from ...paths import CHAT_PATH, COMPLETION_PATH
 from ..record import Record, make_record
-from .base import LoadContext, dig, read_json, synthetic_id, text_response, usage
+from .base import LoadContext, dig, read_json, read_rows, synthetic_id, text_response, usage
 from .paired import Predictions, Requests, Row, check_native_id, skip_all
 
 HARNESS = "olmo-eval"
@@ -75,6 +74,8 @@ def _pair(path: Path, kind: str) -> tuple[Path, Path]:
 
 
 class OlmoEvalReader:
+    """olmo-eval run directories: predictions joined to requests on doc_id."""
+
     name = "olmo-eval"
 
     def detect(self, path: Path, head: bytes) -> bool:
@@ -116,18 +117,13 @@ class _Task:
         self.ctx = ctx
 
     def records(self) -> Iterator[Record]:
-        for doc_id, row in Predictions(self.predictions, self.ctx):
-            try:
-                record = self._join(doc_id, row)
-            except LoadError as error:
-                self.ctx.bad(error)
-                continue
-            if record is not None:
-                yield record
+        yield from read_rows(Predictions(self.predictions, self.ctx), self._join, self.ctx)
         for row in self.requests.leftovers():
             self.ctx.skip("request with no predictions row", row.where)
 
-    def _join(self, doc_id: int, row: Row) -> Record | None:
+    def _join(self, numbered: tuple[int, Row]) -> Record | None:
+        """The record of a predictions row joined to its request row, or None if skipped."""
+        doc_id, row = numbered
         given = self.requests.take((doc_id, 0))
         if given is None:
             raise row.fail("doc_id", f"doc_id {doc_id} has no row in {self.requests.file}: "

@@ -13,31 +13,40 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from ...errors import LoadError
+from ...errors import LoadError, where_of
 from ...paths import COMPLETION_PATH, ENDPOINTS
 from ...wire.completions.request import split_prompts
 from ..record import Record, make_record, split_batch, strip_transport
-from .base import LoadContext, head_keys, json_lines
+from .base import LoadContext, head_keys, json_lines, read_rows
 
 HARNESS = "openai-batch"
 
 
 @dataclass(slots=True)
-class _Input:
+class _Line:
+    """A line of a batch file: an input (`url`, `body`) or an output (`response`, `error`)."""
+
     file: str
     line: int
-    url: str
-    body: dict[str, Any]
+    custom_id: str
+    obj: dict[str, Any]
 
     @property
     def where(self) -> str:
-        return f"{self.file}:{self.line}"
+        return where_of(self.file, self.line)
+
+    def fail(self, reason: str, field: str = "custom_id") -> LoadError:
+        return LoadError(self.file, self.line, reason, field=field)
 
 
 class OpenAIBatchReader:
+    """OpenAI Batch input and output files, joined on custom_id within a group."""
+
     name = "openai-batch"
 
     def detect(self, path: Path, head: bytes) -> bool:
@@ -45,92 +54,93 @@ class OpenAIBatchReader:
         return "custom_id" in keys and bool(keys & {"body", "response", "error"})
 
     def read(self, files: list[Path], ctx: LoadContext) -> Iterator[Record]:
-        inputs: dict[str, _Input] = {}
-        outputs: list[tuple[str, int, dict[str, Any]]] = []
+        inputs: dict[str, _Line] = {}
+        outputs: list[_Line] = []
         for path in files:
-            for line, obj in self._lines(path, ctx):
-                if "body" in obj:
-                    self._add_input(inputs, obj, str(path), line, ctx)
+            for given in read_rows(json_lines(path, ctx), partial(_line, str(path), inputs),
+                                   ctx):
+                if "body" in given.obj:
+                    inputs[given.custom_id] = given
                 else:
-                    outputs.append((str(path), line, obj))
+                    outputs.append(given)
         answered: set[str] = set()
-        for file, line, obj in outputs:
-            yield from self._join(inputs, answered, file, line, obj, ctx)
-        for custom_id, given in inputs.items():
-            if custom_id not in answered and given.url in ENDPOINTS:
-                ctx.skip("batch request with no output line", given.where)
-                source = {"file": given.file, "line": given.line, "harness": HARNESS,
-                          "instance": custom_id}
-                failure = f"the batch output has no line for custom_id {custom_id!r}"
-                yield from self._records(given, None, source, failure, ctx)
+        yield from chain.from_iterable(read_rows(outputs, partial(_join, inputs, answered, ctx),
+                                                 ctx))
+        unanswered = [given for custom_id, given in inputs.items()
+                      if custom_id not in answered and given.obj["url"] in ENDPOINTS]
+        yield from chain.from_iterable(read_rows(unanswered, partial(_unanswered, ctx), ctx))
 
-    def _lines(self, path: Path, ctx: LoadContext) -> Iterator[tuple[int, dict[str, Any]]]:
-        for line, obj in json_lines(path, ctx):
-            if isinstance(obj, dict) and isinstance(obj.get("custom_id"), str):
-                yield line, obj
-            else:
-                ctx.bad(LoadError(str(path), line, "expected an object with a string",
-                                  field="custom_id"))
 
-    def _add_input(self, inputs: dict[str, _Input], obj: dict[str, Any], file: str, line: int,
-                   ctx: LoadContext) -> None:
-        custom_id = obj["custom_id"]
-        if custom_id in inputs:
-            ctx.bad(LoadError(file, line, f"custom_id {custom_id!r} is already used at "
-                              f"{inputs[custom_id].where}; pass each batch's files as a "
-                              "separate argument", field="custom_id"))
-            return
-        url, body = obj.get("url"), obj.get("body")
-        if not isinstance(url, str) or not isinstance(body, dict):
-            ctx.bad(LoadError(file, line, "expected `url` (a string) and `body` (an object)",
-                              field="body"))
-            return
-        inputs[custom_id] = _Input(file, line, url, body)
+def _line(file: str, inputs: dict[str, _Line], row: tuple[int, Any]) -> _Line:
+    """A batch line, checked: an output, or an input whose custom_id is new."""
+    line, obj = row
+    if not isinstance(obj, dict) or not isinstance(obj.get("custom_id"), str):
+        raise LoadError(file, line, "expected an object with a string", field="custom_id")
+    given = _Line(file, line, obj["custom_id"], obj)
+    if "body" not in obj:
+        return given
+    if given.custom_id in inputs:
+        raise given.fail(f"custom_id {given.custom_id!r} is already used at "
+                         f"{inputs[given.custom_id].where}; pass each batch's files as a "
+                         "separate argument")
+    if not isinstance(obj.get("url"), str) or not isinstance(obj["body"], dict):
+        raise given.fail("expected `url` (a string) and `body` (an object)", field="body")
+    return given
 
-    def _join(self, inputs: dict[str, _Input], answered: set[str], file: str, line: int,
-              obj: dict[str, Any], ctx: LoadContext) -> Iterator[Record]:
-        custom_id = obj["custom_id"]
-        given = inputs.get(custom_id)
-        if given is None:
-            ctx.bad(LoadError(file, line, f"custom_id {custom_id!r} has no request in the batch "
-                              "input files given with it", field="custom_id"))
-            return
-        if custom_id in answered:
-            ctx.bad(LoadError(file, line, f"custom_id {custom_id!r} is answered twice",
-                              field="custom_id"))
-            return
-        answered.add(custom_id)
-        where = f"{file}:{line}"
-        if given.url not in ENDPOINTS:
-            ctx.skip(f"endpoint not replayed ({given.url})", where)
-            return
-        source = {"file": file, "line": line, "harness": HARNESS, "instance": custom_id,
-                  "input": given.where}
-        failure = _failure(obj)
-        if failure is not None:
-            ctx.skip("failed batch line", where)
-        body = None if failure else obj["response"]["body"]
-        yield from self._records(given, body, source, failure, ctx)
 
-    def _records(self, given: _Input, body: Any, source: dict[str, Any],
-                 failure: str | None, ctx: LoadContext) -> Iterator[Record]:
-        file, line = str(source["file"]), int(source["line"])
-        request = strip_transport(given.body)
+def _join(inputs: dict[str, _Line], answered: set[str], ctx: LoadContext,
+          output: _Line) -> list[Record] | None:
+    """The records of an output line, joined to its input line on custom_id."""
+    custom_id = output.custom_id
+    given = inputs.get(custom_id)
+    if given is None:
+        raise output.fail(f"custom_id {custom_id!r} has no request in the batch input files "
+                          "given with it")
+    if custom_id in answered:
+        raise output.fail(f"custom_id {custom_id!r} is answered twice")
+    answered.add(custom_id)
+    url = given.obj["url"]
+    if url not in ENDPOINTS:
+        ctx.skip(f"endpoint not replayed ({url})", output.where)
+        return None
+    source = {"file": output.file, "line": output.line, "harness": HARNESS,
+              "instance": custom_id, "input": given.where}
+    failure = _failure(output.obj)
+    if failure is not None:
+        ctx.skip("failed batch line", output.where)
+    body = None if failure else output.obj["response"].get("body")
+    if failure is None and not isinstance(body, dict):
+        raise output.fail("expected the response body (an object) of a status 200 line",
+                          field="response.body")
+    return _records(given, body, source, failure)
+
+
+def _unanswered(ctx: LoadContext, given: _Line) -> list[Record]:
+    """The records of an input line that no output line answers: unusable, not missing."""
+    ctx.skip("batch request with no output line", given.where)
+    source = {"file": given.file, "line": given.line, "harness": HARNESS,
+              "instance": given.custom_id}
+    return _records(given, None, source, f"the batch output has no line for custom_id "
+                    f"{given.custom_id!r}")
+
+
+def _records(given: _Line, body: Any, source: dict[str, Any],
+             failure: str | None) -> list[Record]:
+    """One record per prompt of the input's request (a batched completion is split)."""
+    file, line = str(source["file"]), int(source["line"])
+    url, request = given.obj["url"], strip_transport(given.obj["body"])
+    parts: list[tuple[dict[str, Any], dict[str, Any] | None]]
+    if failure is not None:
+        parts = [(r, None) for r in _split_requests(request)]
+    elif url == COMPLETION_PATH and isinstance(body, dict):
         try:
-            parts: list[tuple[dict[str, Any], dict[str, Any] | None]]
-            if failure is not None:
-                parts = [(r, None) for r in _split_requests(request)]
-            elif given.url == COMPLETION_PATH and isinstance(body, dict):
-                parts = list(split_batch(request, body))
-            else:
-                parts = [(request, body)]
-            for part_request, part_body in parts:
-                yield make_record(given.url, request.get("model"), part_request, part_body,
-                                  source, file, line, unusable=failure)
+            parts = list(split_batch(request, body))
         except ValueError as e:
-            ctx.bad(LoadError(file, line, str(e), field="response.body.choices"))
-        except LoadError as error:
-            ctx.bad(error)
+            raise LoadError(file, line, str(e), field="response.body.choices") from None
+    else:
+        parts = [(request, body)]
+    return [make_record(url, request.get("model"), part_request, part_body, source, file, line,
+                        unusable=failure) for part_request, part_body in parts]
 
 
 def _split_requests(request: dict[str, Any]) -> list[dict[str, Any]]:

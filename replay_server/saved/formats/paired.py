@@ -15,26 +15,29 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from ...errors import LoadError
-from .base import LoadContext, json_lines
+from ...errors import LoadError, where_of
+from .base import LoadContext, json_lines, read_rows
 
 Key = tuple[int, int]
 
 
 @dataclass(slots=True)
 class Row:
+    """One JSONL row, with where it was read: its checks fail naming FILE:LINE and field."""
+
     file: str
     line: int
     obj: dict[str, Any]
 
     @property
     def where(self) -> str:
-        return f"{self.file}:{self.line}"
+        return where_of(self.file, self.line)
 
     def fail(self, field: str, reason: str) -> LoadError:
         return LoadError(self.file, self.line, reason, field=field)
@@ -56,12 +59,14 @@ class Row:
 
 def rows(path: Path, ctx: LoadContext) -> Iterator[Row]:
     """Each row of a JSONL file; a line that is not a JSON object goes to `ctx.bad`."""
-    file = str(path)
-    for line, obj in json_lines(path, ctx):
-        if isinstance(obj, dict):
-            yield Row(file, line, obj)
-        else:
-            ctx.bad(LoadError(file, line, "expected a JSON object"))
+    return read_rows(json_lines(path, ctx), partial(_row, str(path)), ctx)
+
+
+def _row(file: str, numbered: tuple[int, Any]) -> Row:
+    line, obj = numbered
+    if not isinstance(obj, dict):
+        raise LoadError(file, line, "expected a JSON object")
+    return Row(file, line, obj)
 
 
 def skip_all(path: Path, ctx: LoadContext, reason: str) -> None:
@@ -110,18 +115,15 @@ class Requests:
         return left
 
     def _read(self) -> Iterator[tuple[Key, Row]]:
-        for row in self._rows:
-            try:
-                key = (row.integer("doc_id"), row.integer("idx", 0))
-            except LoadError as error:
-                self._ctx.bad(error)
-                continue
-            if key in self._lines:
-                self._ctx.bad(row.fail("doc_id", f"doc_id {key[0]} idx {key[1]} is already "
-                                       f"at line {self._lines[key]}"))
-                continue
-            self._lines[key] = row.line
-            yield key, row
+        return read_rows(self._rows, self._keyed, self._ctx)
+
+    def _keyed(self, row: Row) -> tuple[Key, Row]:
+        key = (row.integer("doc_id"), row.integer("idx", 0))
+        if key in self._lines:
+            raise row.fail("doc_id", f"doc_id {key[0]} idx {key[1]} is already at line "
+                           f"{self._lines[key]}")
+        self._lines[key] = row.line
+        return key, row
 
 
 class Predictions:
@@ -133,14 +135,12 @@ class Predictions:
         self._lines: dict[int, int] = {}
 
     def __iter__(self) -> Iterator[tuple[int, Row]]:
-        for row in rows(self._path, self._ctx):
-            try:
-                doc_id = row.integer("doc_id")
-                if doc_id in self._lines:
-                    raise row.fail("doc_id", f"doc_id {doc_id} is already at line "
-                                   f"{self._lines[doc_id]}")
-            except LoadError as error:
-                self._ctx.bad(error)
-                continue
-            self._lines[doc_id] = row.line
-            yield doc_id, row
+        return read_rows(rows(self._path, self._ctx), self._keyed, self._ctx)
+
+    def _keyed(self, row: Row) -> tuple[int, Row]:
+        doc_id = row.integer("doc_id")
+        if doc_id in self._lines:
+            raise row.fail("doc_id", f"doc_id {doc_id} is already at line "
+                           f"{self._lines[doc_id]}")
+        self._lines[doc_id] = row.line
+        return doc_id, row

@@ -220,9 +220,14 @@ class ChoicesAggregator:
         if len(around) == 2:
             self._template = _Template(b"data: " + around[0], around[1] + b"\n\n", pieces)
 
-    def result(self) -> dict[str, Any]:
-        if not self.done:
-            raise StreamError("the stream ended before `data: [DONE]`")
+    def result(self, ended: bool = False) -> dict[str, Any]:
+        """The aggregated body. A stream is whole at `data: [DONE]`, or, when `ended` (its
+        body ended cleanly, as some servers end it after the last finish_reason chunk;
+        openai-python accepts that), once every choice it carried has its finish_reason."""
+        if not (self.done or ended and self._choices and all(
+                c.body.get("finish_reason") is not None for c in self._choices.values())):
+            raise StreamError("the stream ended before `data: [DONE]`" + (
+                ", with a choice that has no finish_reason" if ended else ""))
         if not all(isinstance(i, int) for i in self._choices):
             raise StreamError("a stream chunk has a choice without an integer index")
         body: dict[str, Any] = {"id": self._envelope.get("id"), "object": self._object}
@@ -233,9 +238,9 @@ class ChoicesAggregator:
 
 
 def aggregate(aggregator: ChoicesAggregator, stream: bytes) -> dict[str, Any]:
-    """A whole stream's body (StreamError if it has none)."""
+    """A whole stream's body (StreamError if it has none): all of it has arrived."""
     aggregator.feed(stream)
-    return aggregator.result()
+    return aggregator.result(ended=True)
 
 
 def is_usage_chunk(frame: bytes) -> bool:

@@ -92,7 +92,9 @@ class ResponsesStreamAggregator:
         if event["type"] in _TERMINAL and self.terminal is None:
             self.terminal = event
 
-    def result(self) -> dict[str, Any]:
+    def result(self, ended: bool = False) -> dict[str, Any]:
+        """The final response; a Responses stream is whole at its terminal event only
+        (`ended` changes nothing)."""
         terminal = self.terminal
         if terminal is None:
             raise StreamError("the stream ended before `response.completed`")

@@ -14,6 +14,7 @@ from replay_server.saved.formats import READERS
 from replay_server.saved.formats.base import (
     LoadContext,
     json_lines,
+    read_rows,
     strip_litellm_provider,
     synthetic_id,
     text_response,
@@ -120,3 +121,20 @@ def test_json_lines_report_every_byte_as_progress_bad_and_blank_lines_too(
     assert sum(reported) == path.stat().st_size
     assert len(ctx.bad_lines) == 2
     assert 1 < len(reported) < 11  # a megabyte at a time, not line by line
+
+
+def odd_only(n: int) -> int | None:
+    if n % 3 == 0:
+        raise LoadError("f.json", None, f"{n} is a multiple of 3", field="n")
+    return n if n % 2 else None
+
+
+def test_every_reader_loop_reports_a_bad_row_and_goes_on_only_when_told() -> None:
+    with pytest.raises(LoadError, match="f.json: field `n`: 3 is a multiple of 3"):
+        list(read_rows(range(1, 10), odd_only, LoadContext()))
+    ctx = LoadContext(skip_bad_lines=True)
+    assert list(read_rows(range(1, 10), odd_only, ctx, place=lambda n: f"row {n}")) == [1, 5, 7]
+    assert [str(e) for e in ctx.bad_lines] == [
+        "f.json (row 3): field `n`: 3 is a multiple of 3",
+        "f.json (row 6): field `n`: 6 is a multiple of 3",
+        "f.json (row 9): field `n`: 9 is a multiple of 3"]

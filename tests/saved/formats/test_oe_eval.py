@@ -184,6 +184,14 @@ def test_a_repeat_with_no_request_row_is_a_broken_join(tmp_path: Path) -> None:
     assert f"doc_id 1 idx 2 has no row in {requests}" in error.reason
 
 
+def test_a_bad_doc_skipped_yields_none_of_its_repeats(tmp_path: Path) -> None:
+    requests = copy(tmp_path) / "task-002-gsm8k-requests.jsonl"
+    write(requests, [r for r in jsonl(requests) if (r["doc_id"], r["idx"]) != (1, 2)])
+    loaded = load([requests.parent], progress=False, skip_bad_lines=True)
+    assert [(e.line, e.field) for e in loaded.ctx.bad_lines] == [(2, "model_output")]
+    assert loaded.index.models[MODEL].records == 13 - 3  # not the two repeats read first
+
+
 def test_a_broken_line_names_file_and_line(tmp_path: Path) -> None:
     requests = copy(tmp_path) / "task-001-gsm8k-requests.jsonl"
     lines = requests.read_text().splitlines()

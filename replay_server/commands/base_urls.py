@@ -1,0 +1,98 @@
+"""The environment `run` gives COMMAND: every base-URL variable that the harnesses the README
+documents read, each pointed at the replay in the form its reader expects, with its API key
+variable set to the run's key.
+
+Harnesses take their server from different variables, and some read one before another
+(langchain-openai reads OPENAI_API_BASE before OPENAI_BASE_URL; camel-ai reads
+OPENAI_API_BASE_URL first): a stale value of any of them left in the user's environment
+would send a harness elsewhere, so `run` overrides them all, whatever they held. The README's
+list is generated from `VARIABLES` (and tested against it).
+
+A variable the table cannot know (inspect_ai's `openai-api/SERVICE/MODEL` reads
+SERVICE_BASE_URL and requires SERVICE_API_KEY, SERVICE being whatever the user named it) is
+named with `run --base-url-var`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One base-URL variable: its name, the form of URL its readers expect, the API key
+    variable they read with it (None: `run` leaves the key alone), and who reads it."""
+
+    name: str
+    v1: bool  # the /v1 URL (`http://HOST:PORT/v1`), else the server's root
+    key: str | None
+    readers: str
+
+    def url(self, base_url: str) -> str:
+        """The replay's URL in this variable's form; `base_url` is the /v1 URL."""
+        return base_url if self.v1 else base_url.removesuffix("/v1")
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("OPENAI_BASE_URL", True, "OPENAI_API_KEY",
+             "openai-python and what builds on it (openai-agents, pydantic-ai, instructor, "
+             "deepeval's judges, inspect_ai `openai/`), litellm `openai/` (oe-eval, "
+             "lighteval, dspy)"),
+    Variable("OPENAI_API_BASE", True, "OPENAI_API_KEY",
+             "langchain-openai (before OPENAI_BASE_URL), litellm (after it), dspy"),
+    Variable("OPENAI_API_BASE_URL", True, "OPENAI_API_KEY",
+             "camel-ai (before OPENAI_BASE_URL)"),
+    Variable("INSPECT_EVAL_MODEL_BASE_URL", True, None,
+             "inspect_ai: every provider's fallback (`--model-base-url`), graders included"),
+    Variable("VLLM_BASE_URL", True, "VLLM_API_KEY",
+             "inspect_ai `vllm/` and `openai-api/vllm/`, pydantic-ai `vllm:`"),
+    Variable("HOSTED_VLLM_API_BASE", True, "HOSTED_VLLM_API_KEY", "litellm `hosted_vllm/`"),
+    Variable("OPENAI_LIKE_API_BASE", True, "OPENAI_LIKE_API_KEY", "litellm `openai_like/`"),
+    Variable("LITELLM_API_BASE", True, "LITELLM_API_KEY", "deepeval `LiteLLMModel`"),
+    Variable("LITELLM_PROXY_API_BASE", True, "LITELLM_PROXY_API_KEY",
+             "deepeval `LiteLLMModel` (after LITELLM_API_BASE)"),
+    Variable("LOCAL_MODEL_BASE_URL", True, "LOCAL_MODEL_API_KEY",
+             "deepeval `LocalModel` (`deepeval set-local-model`)"),
+    Variable("EVALSCOPE_BASE_URL", True, "EVALSCOPE_API_KEY",
+             "evalscope `openai_api` without `--api-url`"),
+    Variable("MODELSCOPE_API_BASE", True, None,
+             "evalscope's LLM judge (its key, MODELSCOPE_SDK_TOKEN, is also the ModelScope "
+             "hub login: left alone)"),
+    Variable("OC_JUDGE_API_BASE", True, "OC_JUDGE_API_KEY", "OpenCompass's LLM judges"),
+)
+
+
+def check_name(name: str) -> str:
+    """`name` if it can be an environment variable's name (`--base-url-var`); else
+    ValueError."""
+    if not name.isidentifier() or not name.isascii():
+        raise ValueError(f"--base-url-var {name!r}: not an environment variable name "
+                         "(letters, digits and _, not starting with a digit)")
+    return name
+
+
+def environment(base_url: str, api_key: str, named: Sequence[str] = ()) -> dict[str, str]:
+    """What `run` sets in COMMAND's environment: every variable of `VARIABLES`, and each
+    variable `named` (`--base-url-var`), at the replay's /v1 URL `base_url`, with their
+    key variables at `api_key`. A named variable NAME_BASE_URL brings NAME_API_KEY."""
+    env: dict[str, str] = {}
+    for variable in VARIABLES:
+        env[variable.name] = variable.url(base_url)
+        if variable.key is not None:
+            env[variable.key] = api_key
+    for name in map(check_name, named):
+        env[name] = base_url
+        if name.endswith("_BASE_URL") and name != "_BASE_URL":
+            env[name.removesuffix("_BASE_URL") + "_API_KEY"] = api_key
+    return env
+
+
+def markdown_table() -> str:
+    """The README's list of the variables `run` sets (generated from VARIABLES, tested)."""
+    rows = ["| variable | set to | key variable set | read by |", "| --- | --- | --- | --- |"]
+    for v in VARIABLES:
+        form = "`http://HOST:PORT/v1`" if v.v1 else "`http://HOST:PORT`"
+        rows.append(f"| `{v.name}` | {form} | {f'`{v.key}`' if v.key else 'none'} | "
+                    f"{v.readers} |")
+    return "\n".join(rows)
