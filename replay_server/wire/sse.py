@@ -10,6 +10,7 @@ CR (the SSE spec allows all three); a frame keeps whichever it had.
 from __future__ import annotations
 
 import re
+from itertools import accumulate
 
 import orjson
 
@@ -32,8 +33,8 @@ class Frames:
     """Cuts a stream into frames as it arrives, in chunks cut anywhere. `frames` are the
     whole frames so far (joined, they are the stream's bytes up to the last blank line).
 
-    What has arrived is cut where `spans` says: a stream of hundreds of frames costs a
-    match each, not a Python step per line. A frame whose blank line is a CR at the very
+    What has arrived is cut where `whole_frames` says: a stream of hundreds of frames
+    costs a match each, not a Python step per line. A frame whose blank line is a CR at the very
     end of what has arrived is complete (a stream may end its lines in lone CRs); if the
     next chunk opens with an LF, the two were a CRLF, and the LF goes to that frame."""
 
@@ -50,9 +51,8 @@ class Frames:
             self.frames[-1] += b"\n"
             data = data[1:]
         buffer = self._buffer + data if self._buffer else data
-        found = spans(buffer)
-        new = [buffer[start:end] for start, end in found]
-        at = found[-1][1] if found else 0
+        new = whole_frames(buffer)
+        at = sum(map(len, new))
         self._open_cr = bool(new) and at == len(buffer) and buffer.endswith(b"\r")
         self._buffer = buffer[at:]
         self.frames += new
@@ -77,19 +77,29 @@ class Frames:
             return None
 
 
-def spans(buffer: bytes) -> list[tuple[int, int]]:
-    """Where the whole frames of `buffer` are, from its start: (start, end) of each, one
-    after the other. Matched frame after frame by one regular expression (its C engine
-    walks the lines)."""
-    found: list[tuple[int, int]] = []
-    at = 0
-    for match in (_FRAME if b"\r" in buffer else _LF_FRAME).finditer(buffer):
+def whole_frames(buffer: bytes) -> list[bytes]:
+    """The whole frames of `buffer`, from its start, one after the other (a last frame not
+    ended yet is left out). Matched frame after frame by one regular expression (its C
+    engine walks the lines); when the matches cover all of `buffer`, they are its frames
+    one after the other, with no step of Python's a frame."""
+    pattern = _FRAME if b"\r" in buffer else _LF_FRAME
+    found: list[bytes] = pattern.findall(buffer)
+    if sum(map(len, found)) == len(buffer):
+        return found
+    found, at = [], 0  # a frame not ended yet: the frames before it, each where it starts
+    for match in pattern.finditer(buffer):
         start, end = match.span()
-        if start != at:  # a partial frame, and a blank line inside what follows
+        if start != at:  # (a blank line inside what follows: not a frame of its own)
             break
-        found.append((start, end))
+        found.append(buffer[start:end])
         at = end
     return found
+
+
+def spans(buffer: bytes) -> list[tuple[int, int]]:
+    """Where the whole frames of `buffer` are: (start, end) of each (`whole_frames`)."""
+    ends = list(accumulate(map(len, whole_frames(buffer))))
+    return list(zip([0, *ends[:-1]], ends, strict=True))
 
 
 def cut(stream: bytes) -> list[bytes]:
