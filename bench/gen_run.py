@@ -18,8 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from replay_server.wire import streams
-from replay_server.wire.aggregate import StreamAggregator
+from replay_server.wire.chat import stream_in, stream_out
 
 MODEL = "bench/model"
 WORDS = ("the of and to in is was that for on with as by at from it an be this are or "
@@ -80,8 +79,8 @@ def recorded_stream_record(i: int, rng: random.Random) -> dict[str, object]:
     record = chat_record(i, rng)
     response = record["response"]
     assert isinstance(response, dict)
-    frames = list(streams.chunks("/v1/chat/completions", {**response, "usage": None}, False))
-    aggregator = StreamAggregator(True)
+    frames = list(stream_out.STREAM.chunks({**response, "usage": None}, False))
+    aggregator = stream_in.aggregator()
     aggregator.feed(b"".join(frames))
     return {**record, "response": aggregator.result(),
             "stream": [f.decode() for f in frames]}

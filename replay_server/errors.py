@@ -35,6 +35,7 @@ name, a model name), is broken with an invisible word joiner.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -175,9 +176,13 @@ REPLAY_CODES: tuple[str, ...] = tuple(
                                 ParamsMismatch))
 
 
-def render(error: ReplayServerError) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """Status, headers and body of an error response: the single renderer."""
-    body = orjson.dumps(error.body())
+def render(error: ReplayServerError,
+           envelope: Callable[[ReplayServerError], dict[str, Any]] | None = None
+           ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """Status, headers and body of an error response: the single renderer. `envelope` is
+    an API family's own error body (`wire.family.Family.error_body`); the OpenAI one by
+    default."""
+    body = orjson.dumps(envelope(error) if envelope is not None else error.body())
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),

@@ -15,12 +15,12 @@ from ..errors import LoadError
 from ..index import file as index_file
 from ..index.index import Index, prompt_of
 from ..index.loading import load, report_lines
-from ..paths import CHAT_PATH, RESPONSES_PATH
 from ..saved.loader import Plan
 from ..settings import Settings
 from ..web import workers
 from ..web.app import create_app
 from ..web.listen import bind, run_uvicorn, sigterm_as_interrupt
+from ..wire.families import family_of
 
 
 @dataclass
@@ -59,41 +59,20 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
     return Opened(index, report, index.examples(), inputs)
 
 
-# the snippet's openai-python line: the request body is its argument, as curl's is
-_OPENAI_CHAT = ("import json, sys; from openai import OpenAI; r = OpenAI().chat.completions"
-                ".create(**json.loads(sys.argv[1])); print(r.choices[0].message.content)")
-
-
 def snippet_lines(opened: Opened, base_url: str) -> list[str]:
     """Ready-to-paste commands that replay one saved prompt."""
     lines = [f"  export OPENAI_BASE_URL={base_url} OPENAI_API_KEY=replay"]
     for endpoint, model, prompt in opened.examples:
-        body: dict[str, Any] = {"model": model}
-        if endpoint == CHAT_PATH:
-            body["messages"] = prompt["messages"]
-        elif endpoint == RESPONSES_PATH:
-            body.update((k, _unwrap(v)) for k, v in prompt.items() if k not in ("v", "kind"))
-        else:
-            body["prompt"] = prompt["prompt"]
+        family = family_of(endpoint)
+        body: dict[str, Any] = {"model": model, **family.example_request(prompt)}
         data = orjson.dumps(body).decode()
         lines.append(f"  curl -s {base_url.removesuffix('/v1')}{endpoint} "
                      f"-H 'Content-Type: application/json' -d {shlex.quote(data)}")
-        if endpoint == CHAT_PATH:  # one line: pasted with its indent, it still runs
+        if family.client_line:  # one line: pasted with its indent, it still runs
             lines += ["  # or, with the openai package installed (pip install openai):",
-                      f"  python -c {shlex.quote(_OPENAI_CHAT)} {shlex.quote(data)}"]
+                      f"  python -c {shlex.quote(family.client_line)} {shlex.quote(data)}"]
     return lines
 
-
-def _unwrap(value: Any) -> Any:
-    """A keyed value as a request sends it: verbatim values (schemas, instructions) are
-    kept in the key as `{"$verbatim": JSON}`."""
-    if isinstance(value, dict):
-        if value.keys() == {"$verbatim"} and isinstance(value["$verbatim"], str):
-            return orjson.loads(value["$verbatim"])
-        return {k: _unwrap(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_unwrap(v) for v in value]
-    return value
 
 
 def serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str], None]) -> None:

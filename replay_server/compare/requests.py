@@ -2,8 +2,8 @@
 
 The rescored harness's files are read by replay-server's own readers (the ones `serve`
 uses: they rebuild each request the harness sent, from inspect_ai's `call.request` to
-lm-eval's arguments), and each request is keyed by `protocol.parse`, the server's own path
-from a request body to its keys. A request with several forms (lm-eval's text prompt and
+lm-eval's arguments), and each request is keyed by its family's `parse`, the server's own
+path from a request body to its keys. A request with several forms (lm-eval's text prompt and
 its token ids) is one request with alternative keys: the harness sent one of them.
 Nothing here guesses: an instance whose requests cannot be keyed has none, and is
 unpaired with the reason.
@@ -18,10 +18,9 @@ from typing import Any
 import orjson
 
 from ..errors import ReplayServerError
-from ..paths import RESPONSES_PATH
 from ..saved.loader import context, plan, read
 from ..saved.record import Record
-from ..wire import protocol
+from ..wire.families import family_of
 from .verdicts import Verdict, resolved
 
 # One request: its alternative (endpoint, key in hex) forms.
@@ -71,14 +70,15 @@ def read_requests(paths: Sequence[str], tokenizer: str | None = None) -> Request
 
 def _keys(record: Record) -> tuple[Request | None, str | None]:
     forms = []
+    family = family_of(record.endpoint)
     for body in [record.request, *(record.also or [])]:
-        if record.endpoint == RESPONSES_PATH and body.get("previous_response_id") is not None:
+        if family.previous_id(body) is not None:
             return None, ("a Responses API request continuing a saved response (its key "
                           "needs the saved run)")
         try:
-            parsed = protocol.parse(record.endpoint, orjson.dumps(body))
-            if record.endpoint == RESPONSES_PATH:
-                protocol.responses_key(parsed, None)
+            parsed = family.parse(orjson.dumps(body))
+            if family.chained:
+                parsed.key(None)
         except ReplayServerError as e:
             return None, f"its saved request cannot be keyed: {e.message}"
         forms += [(record.endpoint, key.hex()) for key in parsed.keys]

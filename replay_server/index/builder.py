@@ -21,13 +21,13 @@ from typing import Any
 import orjson
 
 from ..errors import LoadError
-from ..paths import RESPONSES_PATH
 from ..saved.record import Record
 from ..wire import keys
-from ..wire import responses as openai_responses
+from ..wire.families import family_of
+from ..wire.family import Family
 from . import heap
 from .catalog import Catalog, ListCatalog
-from .index import Bodies, Entry, Exchange, Index, ModelRun, SavedResponse, kind_of, prompt_of
+from .index import Bodies, Entry, Exchange, Index, ModelRun, SavedResponse, prompt_of
 from .samples import settle
 
 
@@ -46,21 +46,22 @@ class Builder:
         self._continuing: list[Record] = []
 
     def add(self, record: Record) -> None:
-        if record.endpoint == RESPONSES_PATH and \
-                record.request.get("previous_response_id") is not None:
+        if family_of(record.endpoint).previous_id(record.request) is not None:
             self._continuing.append(record)  # keyed once the turn it continues is in
             return
         self._add(record, None)
 
     def _add(self, record: Record, prompt: dict[str, Any] | None) -> None:
-        kind = kind_of(record.endpoint)
+        family = family_of(record.endpoint)
+        kind = family.kind
         request = record.request
         try:
-            if prompt is None:  # (a chat record's one prompt, without `prompt_of`'s checks)
-                prompt = keys.chat_prompt(request) if kind == keys.CHAT else prompt_of(record)
+            if prompt is None:
+                prompt = prompt_of(record)
             canonicals = [keys.canonical(prompt)]
             if record.also:
-                canonicals += [keys.canonical(_keyed(kind, form)) for form in record.also]
+                canonicals += [keys.canonical(_keyed(family, form)) for form in record.also]
+            params = self._sampling_params(request, family)
         except (RecursionError, keys.Unkeyable) as e:
             raise LoadError(record.origin, record.source.get("line"), "the saved request "
                             f"nests too deeply to be keyed: {e}", field="request") from None
@@ -78,14 +79,13 @@ class Builder:
             for canonical in canonicals:
                 self._place(run, kind, canonical, identity, record.where, unusable=reason)
             return
-        params = self._sampling_params(request, kind)
         usage = tuple(record.sample_usage) if record.sample_usage is not None else None
         start, size = self._bodies.add(orjson.dumps(response))
         n = len(response.get("choices") or [None])
-        stream = self._stream(record) if record.stream is not None else None
+        stream = self._stream(record, family) if record.stream is not None else None
         exchange = Exchange(self._bodies, start, size, n, file, line, instance, params, usage,
                             identity[0], stream, record.batch)
-        if kind == openai_responses.RESPONSES:
+        if family.chained:
             self._register(run, record, prompt, exchange)
         run.samples += n
         for canonical in canonicals:  # one exchange under each form of the request
@@ -110,35 +110,34 @@ class Builder:
         else:
             self._entry(run, key, current).group(identity, where).exchanges.append(exchange)
 
-    def _sampling_params(self, request: dict[str, Any], kind: str) -> bytes:
-        """What `--strict` compares of a saved request (`keys.sampling_params`, canonical
-        JSON), one bytes object for all the requests that set the same values: computed
-        once for each set of plain values (most records of a run share theirs; a run
-        whose records all differ, by a seed say, remembers only its first sets)."""
-        if kind == openai_responses.RESPONSES:
-            params = keys.canonical(openai_responses.sampling_params(request))
-            return self._params.setdefault(params, params)
-        # with each value's type: 1, 1.0 and true are equal in Python, not in JSON
-        prompt = _PROMPT[kind]
-        plain = (kind, *[(k, type(v), v) for k, v in request.items() if k != prompt])
+    def _sampling_params(self, request: dict[str, Any], family: Family) -> bytes:
+        """What `--strict` compares of a saved request (`Table.params`, canonical JSON),
+        one bytes object for all the requests that set the same values: computed once for
+        each set of plain values (most records of a run share theirs; a run whose records
+        all differ, by a seed say, remembers only its first sets)."""
+        # with each value's type: 1, 1.0 and true are equal in Python, not in JSON; the
+        # prompt is never a sampling parameter (it is keyed), and a request's only
+        # list-valued field, usually
+        prompt = family.prompt_field
+        plain = (family.kind, *[(k, type(v), v) for k, v in request.items() if k != prompt])
         try:
             found, hashable = self._plain_params.get(plain), True
         except TypeError:  # a list or object value: not remembered
             found, hashable = None, False
         if found is not None:
             return found
-        params = keys.canonical(keys.sampling_params(request, kind))
+        params = family.table.params(request)
         params = self._params.setdefault(params, params)
         if hashable and len(self._plain_params) < _REMEMBERED and all(
                 t in _PLAIN for _, t, _ in plain[1:]):
             self._plain_params[plain] = params
         return params
 
-    def _stream(self, record: Record) -> tuple[int, int, bool] | None:
+    def _stream(self, record: Record, family: Family) -> tuple[int, int, bool] | None:
         if record.stream is None:
             return None
         start, size = self._bodies.add("".join(record.stream).encode())
-        return start, size, record.endpoint != RESPONSES_PATH and _carries_usage(record.stream)
+        return start, size, family.carries_usage(record.stream)
 
     @staticmethod
     def _register(run: ModelRun, record: Record, prompt: dict[str, Any],
@@ -149,7 +148,9 @@ class Builder:
         response_id = record.response.get("id")
         if not isinstance(response_id, str) or record.request.get("store") is False:
             return
-        previous = keys.canonical(openai_responses.previous_of(prompt, record.response))
+        previous_of = family_of(record.endpoint).previous_of
+        assert previous_of is not None
+        previous = keys.canonical(previous_of(prompt, record.response))
         if response_id not in run.responses:
             run.responses[response_id] = SavedResponse(previous, exchange)
             return
@@ -165,25 +166,24 @@ class Builder:
             left = []
             for record in pending:
                 run = self._models.get(record.model)
-                saved = run.responses.get(record.request["previous_response_id"]) \
-                    if run is not None else None
+                saved = run.responses.get(_previous_id(record)) if run is not None else None
                 if saved is None:
                     left.append(record)
                     continue
-                self._add(record, openai_responses.keyed_input(
-                    record.request, orjson.loads(saved.previous)))
+                self._add(record, _keyed(family_of(record.endpoint), record.request,
+                                         orjson.loads(saved.previous)))
             if len(left) == len(pending):
                 break
             pending = left
         for record in pending:
-            response_id = record.request["previous_response_id"]
+            response_id = _previous_id(record)
             run = self._models.get(record.model)
             shared = run is not None and response_id in run.responses
             record.unusable = f"continues response {response_id!r}, " + (
                 "whose id two different saved conversations share" if shared else
                 "which was not saved (or was saved with `store: false`)")
-            self._add(record, openai_responses.keyed_input(
-                record.request, {"unresolved": response_id}))
+            self._add(record, _keyed(family_of(record.endpoint), record.request,
+                                     {"unresolved": response_id}))
 
     @staticmethod
     def _entry(run: ModelRun, key: bytes, current: Entry | Exchange | None) -> Entry:
@@ -214,32 +214,22 @@ class Builder:
         return Index(self._models, aliases, catalogs)
 
 
-# The prompt of a chat or completions request: never a sampling parameter (it is keyed),
-# and a request's only list-valued field, usually.
-_PROMPT = {keys.CHAT: "messages", keys.COMPLETION: "prompt"}
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 _REMEMBERED = 4096
 
 
-def _carries_usage(frames: list[str]) -> bool:
-    """Whether a chat or completions stream carried a usage chunk (the client asked for
-    `stream_options.include_usage`)."""
-    for frame in reversed(frames):
-        for line in frame.splitlines():
-            if line.startswith("data:") and '"usage"' in line:
-                try:
-                    chunk = orjson.loads(line[5:].strip())
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(chunk, dict) and chunk.get("usage") is not None:
-                    return True
-    return False
+def _previous_id(record: Record) -> str:
+    found = family_of(record.endpoint).previous_id(record.request)
+    assert found is not None
+    return found
 
 
-def _keyed(kind: str, request: dict[str, Any]) -> dict[str, Any]:
-    """The keyed prompt of another form of a saved request (`Record.also`)."""
-    found = keys.prompts(kind, request)
-    assert found is not None and len(found) == 1  # saved.record.make_record checked it
+def _keyed(family: Family, request: dict[str, Any], previous: dict[str, Any] | None = None
+           ) -> dict[str, Any]:
+    """The keyed prompt of a saved request (one prompt: `saved.record.make_record` checked
+    its form), or of another form of one (`Record.also`)."""
+    found = family.prompts(request, previous)
+    assert found is not None and len(found) == 1
     return found[0]
 
 

@@ -35,10 +35,9 @@ from typing import Any
 import orjson
 
 from ..errors import LoadError
-from ..paths import CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH
 from ..saved.writer import written_whole
 from ..wire import keys
-from ..wire.responses import RESPONSES
+from ..wire.families import BY_KIND
 from .catalog import EMPTY, Catalog
 from .index import Bodies, Entry, Exchange, Index, Instance, ModelRun, SavedResponse
 from .loading import Loaded
@@ -265,8 +264,10 @@ class StoredIndex(Index):
         if meta.get("format") != FORMAT or meta.get("version") != str(VERSION):
             raise LoadError(str(path), None, f"not a version {VERSION} replay-server index")
         if meta.get("key_version") != str(keys.KEY_VERSION):
-            raise LoadError(str(path), None, "built with another key version: rebuild it "
-                            "with `replay-server index`")
+            raise LoadError(str(path), None, f"built with key version "
+                            f"{meta.get('key_version')}, and this replay-server keys requests "
+                            f"with version {keys.KEY_VERSION}: its keys would never match; "
+                            "rebuild it from the saved files with `replay-server index`")
         self.path, self.db, self.meta = path, db, meta
         models: dict[str, ModelRun] = {}
         for model_id, name, records, samples, unusable, prompts in model_rows:
@@ -310,9 +311,7 @@ class StoredIndex(Index):
                 prompt = orjson.loads(self.db.execute("SELECT prompt FROM prompts WHERE id = ?",
                                                       (first,)).fetchone()[0])
                 found.append((names[model_id], kind, prompt))
-        endpoint = {keys.CHAT: CHAT_PATH, keys.COMPLETION: COMPLETION_PATH,
-                    RESPONSES: RESPONSES_PATH}
-        return [(endpoint[kind], model, prompt) for model, kind, prompt in found]
+        return [(BY_KIND[kind].path, model, prompt) for model, kind, prompt in found]
 
     def needs_cursor(self) -> int:
         """Prompts whose n=1 calls get different saved samples one by one

@@ -26,11 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BadRequest, ModelNotFound, where_of
-from ..paths import CHAT_PATH, RESPONSES_PATH
 from ..saved.record import Record
-from ..wire import keys
-from ..wire import responses as openai_responses
-from ..wire.responses import RESPONSES
+from ..wire.families import family_of
 from .catalog import EMPTY, Catalog
 
 
@@ -180,7 +177,7 @@ class ModelRun:
     samples: int = 0
     unusable_records: int = 0
     # Responses API: saved response id -> what a request continuing it puts before its
-    # input (`wire.responses.previous_of`, canonical JSON) and the saved exchange; None
+    # input (`Family.previous_of`, canonical JSON) and the saved exchange; None
     # when two saved conversations share the id.
     responses: dict[str, SavedResponse | None] = field(default_factory=dict)
 
@@ -260,14 +257,8 @@ def entry_of(value: Entry | Exchange) -> Entry:
 def prompt_of(record: Record) -> dict[str, Any]:
     """The keyed prompt of a saved record (one prompt: a batch is saved prompt by prompt,
     and `saved.record.make_record` checked its form)."""
-    if record.endpoint == RESPONSES_PATH:
-        return openai_responses.keyed_input(record.request)  # NeedsPrevious if it continues
-    found = keys.prompts(kind_of(record.endpoint), record.request)
+    # (Responses: NeedsPrevious if it continues an earlier response)
+    found = family_of(record.endpoint).prompts(record.request, None)
     assert found is not None and len(found) == 1
     return found[0]
 
-
-def kind_of(endpoint: str) -> str:
-    if endpoint == RESPONSES_PATH:
-        return RESPONSES
-    return keys.CHAT if endpoint == CHAT_PATH else keys.COMPLETION

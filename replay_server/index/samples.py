@@ -37,7 +37,7 @@ import orjson
 
 from ..errors import Ambiguous, Exhausted, NMismatch, ParamsMismatch, Unusable
 from ..wire import keys
-from ..wire import responses as openai_responses
+from ..wire.responses.request import output_items
 from .index import Entry, Exchange, Instance, Selection, entry_of
 
 
@@ -63,7 +63,7 @@ def generations(body: dict[str, Any]) -> list[bytes]:
     Call ids are kept: a later turn echoes them, so they are part of what was said."""
     if "choices" in body:
         return [generation_id(c) for c in body["choices"]]
-    return [generation_id({"output": openai_responses.output_items(body),
+    return [generation_id({"output": output_items(body),
                            "status": body.get("status"),
                            "incomplete_details": body.get("incomplete_details")})]
 

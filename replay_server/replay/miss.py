@@ -9,14 +9,14 @@ from typing import Any
 
 from ..errors import NoMatch
 from ..index.index import Index, entry_of
-from ..paths import CHAT_PATH, RESPONSES_PATH
 from ..wire import keys
 from ..wire.difference import first_difference, system_variants
+from ..wire.families import family_of
 
 
 def no_match(index: Index, model: str, endpoint: str, prompt: dict[str, Any]) -> NoMatch:
     """The miss error of `prompt` (a keyed prompt) for saved model `model`."""
-    what = {CHAT_PATH: "messages", RESPONSES_PATH: "input"}.get(endpoint, "prompt")
+    what = family_of(endpoint).prompt_field
     message = f"no saved generation for this prompt (model `{model}`, {endpoint})."
     found = index.catalog(model, prompt["kind"]).nearest(keys.canonical(prompt))
     detail: dict[str, Any] = {"nearest": None, "difference": None}

@@ -1,6 +1,6 @@
 """The replay service: one request body in, one reply out. No HTTP framework in here.
 
-It parses the request (protocol), picks the saved samples for every prompt (index rules),
+It parses the request (its API family), picks the saved samples for every prompt (index rules),
 makes the reply, and only then commits the cursor moves and counts the hit, so a failed
 request never consumes a sample and the match is decided before any byte of a stream is
 sent. It also keeps the counters and the recent misses that the status endpoints report,
@@ -18,12 +18,24 @@ from urllib.parse import quote
 
 import orjson
 
-from ..errors import Ambiguous, NoMatch, NotFound, ReplayError, ReplayServerError, Unusable
+from ..errors import (
+    Ambiguous,
+    BadRequest,
+    NoMatch,
+    NotFound,
+    ReplayError,
+    ReplayServerError,
+    Unusable,
+)
 from ..index.index import Entry, Exchange, Index, ModelRun, Selection
 from ..index.samples import Rules, choose, streamed
 from ..paths import RESPONSES_PATH
 from ..saved.record import stream_mismatch
-from ..wire import keys, protocol, replies, streams
+from ..wire import keys
+from ..wire.families import family_of
+from ..wire.family import ReplayRequest
+from ..wire.models import models_body
+from ..wire.selection import recorded
 from .miss import no_match
 from .stats import Stats
 
@@ -97,7 +109,7 @@ class Replayer:
         """The reply to one request, or a ReplayServerError (counted and logged here, rendered
         by the caller)."""
         request, run = self._request(endpoint, body)
-        if endpoint == RESPONSES_PATH:
+        if request.family.chained:
             self._key_responses(run, request)
         chosen, moves = self._choose(run, request)
         sent = [selection for _, selection in chosen]
@@ -116,36 +128,36 @@ class Replayer:
                 stats.served(run.name, endpoint, key, selection[0][0].where)
         return reply
 
-    def _request(self, endpoint: str, body: bytes) -> tuple[protocol.ReplayRequest, ModelRun]:
+    def _request(self, endpoint: str, body: bytes) -> tuple[ReplayRequest, ModelRun]:
         """The parsed request and the saved run its `model` selects."""
         request = None
         try:
-            request = protocol.parse(endpoint, body)
+            request = family_of(endpoint).parse(body)
             return request, self.index.select(request.model)
         except ReplayServerError as error:
             asked = request.model if request is not None else _named_model(body)
             self.count(None, endpoint, error, asked)
             raise
 
-    def _reply(self, model: str, request: protocol.ReplayRequest, sent: list[Selection]
+    def _reply(self, model: str, request: ReplayRequest, sent: list[Selection]
                ) -> Reply:
         """The reply that sends these samples; a stream's recorded frames are checked first
         (the last thing that can fail)."""
         source = (SOURCE_HEADER, _source_header(sent[0][0][0]))
         if not request.stream:
-            body = replies.encode(sent)
+            body = request.family.reply(sent)
             return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), source], body)
         self._check_frames(model, request.endpoint, sent, request.model)
         # Every event is known at once: one write of all of them (chunked, no length),
         # rather than one per event, which only costs time.
         return Reply([*SSE_HEADERS, source],
-                     streams.stream(request.endpoint, sent, request.include_usage))
+                     request.family.stream(sent, request.include_usage))
 
     def _check_frames(self, model: str | None, endpoint: str, selections: list[Selection],
                       asked: str | None = None) -> None:
         """Recorded frames are served only if they aggregate to the saved response (checked
         once per exchange, the first time it is streamed: see saved.record.stream_mismatch)."""
-        exchange = streams.recorded(selections)
+        exchange = recorded(selections)
         if exchange is None or exchange.start in self._frames_ok:
             return
         frames = exchange.frames
@@ -158,11 +170,12 @@ class Replayer:
             raise error
         self._frames_ok.add(exchange.start)
 
-    def _key_responses(self, run: ModelRun, request: protocol.ReplayRequest) -> None:
-        """Key a Responses request; `previous_response_id` by the conversation that the
-        model's saved response of that id holds (`wire.responses.keyed_input`)."""
+    def _key_responses(self, run: ModelRun, request: ReplayRequest) -> None:
+        """Key a request of a chained family (Responses); `previous_response_id` by the
+        conversation that the model's saved response of that id holds
+        (`Family.previous_of`)."""
         previous = None
-        response_id = request.data.get("previous_response_id")
+        response_id = request.family.previous_id(request.data)
         try:
             if response_id is not None:
                 try:
@@ -178,12 +191,12 @@ class Replayer:
                         "the ids the saved run's responses have (served as saved); was the "
                         "earlier turn answered by this server?", param="previous_response_id")
                 previous = orjson.loads(saved.previous)
-            protocol.responses_key(request, previous)
+            request.key(previous)
         except ReplayServerError as error:
             self.count(run.name, request.endpoint, error, request.model)
             raise
 
-    def _choose(self, run: ModelRun, request: protocol.ReplayRequest
+    def _choose(self, run: ModelRun, request: ReplayRequest
                 ) -> tuple[list[tuple[Entry | Exchange, Selection]], list[tuple[Any, int]]]:
         """Each prompt's entry and the samples chosen for it, and the cursor moves they need
         (committed by the caller, once the whole request is answered)."""
@@ -193,6 +206,10 @@ class Replayer:
         i = 0
         try:
             params = request.params() if rules.strict else b""
+        except BadRequest as error:  # (--strict's parameters nest too deeply to compare)
+            self.count(run.name, request.endpoint, error, request.model)
+            raise
+        try:
             seed = request.data.get("seed")
             for i, key in enumerate(keys_):
                 entry = entries.get(key)
@@ -234,7 +251,7 @@ class Replayer:
         if stream:
             self._check_frames(None, RESPONSES_PATH, [[(exchange, None)]])
             return Reply(SSE_HEADERS + headers,
-                         streams.stream(RESPONSES_PATH, [[(exchange, None)]], False))
+                         family_of(RESPONSES_PATH).stream([[(exchange, None)]], False))
         body = exchange.body
         return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers], body)
 
@@ -259,7 +276,7 @@ class Replayer:
                     error.message.replace("\n", " "), f" [{quoted}]" if quoted else "")
 
     def models_body(self) -> bytes:
-        return orjson.dumps(protocol.models_body(sorted(self.index.models), int(self.started)))
+        return orjson.dumps(models_body(sorted(self.index.models), int(self.started)))
 
     def status(self) -> dict[str, Any]:
         outcomes = self.stats.per_model()

@@ -32,9 +32,10 @@ import orjson
 
 from ..errors import LoadError, where_of
 from ..paths import CHAT_PATH, COMPLETION_PATH, ENDPOINTS, RESPONSES_PATH
-from ..wire import aggregate
-from ..wire import responses as openai_responses
-from ..wire.keys import is_token_ids, split_prompts
+from ..wire.completions.request import is_token_ids, split_prompts
+from ..wire.families import family_of
+from ..wire.json_types import class_words, type_name
+from ..wire.sse import StreamError
 
 RECORD_VERSION = 1
 MARKER = "replay_record"
@@ -137,29 +138,15 @@ def _want(file: str, line: int | None, name: str, value: Any,
     if value is MISSING:
         raise _fail(file, line, name, "missing")
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise _fail(file, line, name, f"expected {_kind_name(kind)}, got {_json_type(value)}")
+        raise _fail(file, line, name, f"expected {class_words(kind)}, got {type_name(value)}")
     return value
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), type(value).__name__
-    )
 
 
 def validate(obj: Any, file: str, line: int | None) -> Record:
     """The native record of one parsed JSONL line, or a LoadError that names the line
     (`FILE:LINE`), the first field that is wrong and why."""
     if type(obj) is not dict and not isinstance(obj, dict):
-        raise LoadError(file, line, f"expected a JSON object, got {_json_type(obj)}")
+        raise LoadError(file, line, f"expected a JSON object, got {type_name(obj)}")
     version = obj.get(MARKER, MISSING)
     if type(version) is not int or version != RECORD_VERSION:
         version = _want(file, line, MARKER, version, int)
@@ -206,7 +193,7 @@ def make_record(endpoint: Any, model: Any, request: Any, response: Any, source: 
                       also=forms, batch=batch)
     if type(response) is not dict and not isinstance(response, dict):
         raise _fail(file, line, "response",
-                    f"expected an object or null, got {_json_type(response)}")
+                    f"expected an object or null, got {type_name(response)}")
     if endpoint == RESPONSES_PATH:
         reason = _responses_unusable(response, file, line)
         if stream is not None:
@@ -256,14 +243,14 @@ def _source(source: Any, file: str, line: int | None) -> dict[str, Any]:
     if source is None:
         return {"file": file, "line": line}
     if type(source) is not dict and not isinstance(source, dict):
-        raise _fail(file, line, "source", f"expected an object, got {_json_type(source)}")
+        raise _fail(file, line, "source", f"expected an object, got {type_name(source)}")
     get = source.get
     if type(get("file")) not in _SCALARS or type(get("line")) not in _SCALARS or type(
             get("instance")) not in _SCALARS or type(get("run")) not in _SCALARS:
         for name in _IDENTITY:
             if not isinstance(get(name), _SCALAR):
                 raise _fail(file, line, f"source.{name}", "expected a string, a number or "
-                            f"null, got {_json_type(get(name))}")
+                            f"null, got {type_name(get(name))}")
     return {"file": file, "line": line, **source}
 
 
@@ -362,7 +349,7 @@ def _check_message(message: dict[str, Any], file: str, line: int | None, at: str
     for name, (types, words) in _MESSAGE_SHAPES.items():  # the first in this order is named
         value = message.get(name)
         if value is not None and not isinstance(value, types):
-            raise _fail(file, line, f"{at}.{name}", f"expected {words}, got {_json_type(value)}")
+            raise _fail(file, line, f"{at}.{name}", f"expected {words}, got {type_name(value)}")
 
 
 def _choice_unusable(endpoint: str, choice: dict[str, Any], message: Any) -> str | None:
@@ -406,7 +393,7 @@ def _responses_unusable(response: dict[str, Any], file: str, line: int | None) -
     status = response.get("status")
     if status is not None and not isinstance(status, str):
         raise _fail(file, line, "response.status",
-                    f"expected a string or null, got {_json_type(status)}")
+                    f"expected a string or null, got {type_name(status)}")
     if status in _NOT_DONE:
         error = response.get("error")
         why = f": {orjson.dumps(error).decode()[:200]}" if error else ""
@@ -433,12 +420,10 @@ def stream_mismatch(endpoint: str, frames: bytes, response: dict[str, Any]) -> s
     aggregate to it exactly, or a streamed replay would send another answer than a plain
     one (a response edited by hand, its frames left as they were)."""
     try:
-        if endpoint == RESPONSES_PATH:
-            got = openai_responses.aggregate(frames).response
-        else:
-            got, _ = _normalise_choices(aggregate.whole(frames, endpoint == CHAT_PATH),
-                                       endpoint, "(stream)", None, "")
-    except (aggregate.StreamError, openai_responses.ResponsesStreamError, LoadError) as e:
+        got = family_of(endpoint).aggregate(frames)
+        if endpoint != RESPONSES_PATH:
+            got, _ = _normalise_choices(got, endpoint, "(stream)", None, "")
+    except (StreamError, LoadError) as e:
         return f"the saved stream cannot be read: {e}"
     if got != response:
         return ("the saved stream does not aggregate to the saved `response`: a streamed "

@@ -34,7 +34,7 @@ from ..index.samples import Rules
 from ..paths import ENDPOINTS
 from ..replay.replayer import Replayer
 from ..settings import Settings
-from ..wire import protocol
+from ..wire.families import family_of
 from .routes import router
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ class ReplayEndpoint:
                  api_key: bytes | None = None) -> None:
         self.replayer = replayer
         self.endpoint = endpoint
+        self.envelope = family_of(endpoint).error_body  # the family's own error body
         self.max_body = max_body
         self.api_key = api_key
 
@@ -105,7 +106,7 @@ class ReplayEndpoint:
         except PayloadTooLarge as error:
             return self.failed(error)
         except ReplayServerError as error:
-            return errors.render(error)
+            return errors.render(error, self.envelope)
         return None
 
     def finish(self, body: bytes) -> Answer:
@@ -115,7 +116,7 @@ class ReplayEndpoint:
         try:
             reply = self.replayer.handle(self.endpoint, body)
         except ReplayServerError as error:  # handle() counts the errors it raises
-            return errors.render(error)
+            return errors.render(error, self.envelope)
         except Exception as exc:
             return self.failed(internal_error(exc))
         return 200, reply.headers, reply.body
@@ -123,7 +124,7 @@ class ReplayEndpoint:
     def failed(self, error: ReplayServerError) -> Answer:
         """An error that `handle` did not count, counted and rendered."""
         self.replayer.count(None, self.endpoint, error)
-        return errors.render(error)
+        return errors.render(error, self.envelope)
 
     def _check_length(self, headers: list[tuple[bytes, bytes]]) -> None:
         for name, value in headers:
@@ -270,7 +271,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             schema["paths"][path] = {"post": {
                 "summary": f"Replay a saved answer ({path})",
                 "requestBody": {"required": True, "content": {
-                    "application/json": {"schema": protocol.SCHEMAS[path]}}},
+                    "application/json": {"schema": family_of(path).schema}}},
                 "responses": {
                     "200": {"description": "The saved response, as the original server sent it"},
                     "400": {"description": "Malformed request, or a replay error (no match, "

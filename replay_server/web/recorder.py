@@ -7,10 +7,10 @@
   saved as native records; every other path and method (`/v1/models`, embeddings, files,
   `GET /v1/responses/{id}`, a path the upstream does not have, ...) is forwarded untouched
   and not saved: the client gets the upstream's own status and body.
-- A stream passes through chunk by chunk as it arrives, while `aggregate.StreamAggregator`
-  (chat, completions) or `openai_responses.ResponsesStreamAggregator` rebuilds the body the
-  server would have sent unstreamed; the stream's frames are saved too, as sent, so that a
-  replay sends the same deltas in the same order.
+- A stream passes through chunk by chunk as it arrives, while its family's aggregator
+  (`Family.aggregator`) rebuilds the body the server would have sent unstreamed; the
+  stream's frames are saved too, as sent, so that a replay sends the same deltas in the
+  same order.
 - An exchange is appended as whole lines, flushed and fsynced *before* the client sees its
   end (the response body, or a stream's `data: [DONE]` or the end of its body): an
   exchange a client has seen complete survives a SIGKILL, and concurrent exchanges never
@@ -51,12 +51,12 @@ from starlette.types import Receive, Scope, Send
 
 from .. import __version__, errors
 from ..errors import LoadError
-from ..paths import CHAT_PATH, COMPLETION_PATH, ENDPOINTS, RESPONSES_PATH
+from ..paths import ENDPOINTS
 from ..saved.record import batch_parts, dump_line, make_record, strip_transport
 from ..saved.writer import RecordWriter
-from ..wire.aggregate import StreamAggregator, StreamError
-from ..wire.responses import ResponsesStreamAggregator, ResponsesStreamError
-from ..wire.sse import Frames
+from ..wire.families import family_of
+from ..wire.family import Aggregator
+from ..wire.sse import Frames, StreamError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,7 +82,7 @@ def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
     model = request.get("model") or response.get("model")
     source = {"harness": "replay-server record", "upstream": upstream, "run": run,
               "time": round(time.time(), 3)}
-    parts = batch_parts(request, response, uuid.uuid4().hex) if path == COMPLETION_PATH \
+    parts = batch_parts(request, response, uuid.uuid4().hex) if family_of(path).batched \
         else [(request, response, None)]
     lines = []
     for part_request, part_response, batch in parts:
@@ -177,21 +177,19 @@ class Recorder:
         return Response(status_code=499)
 
     async def save_stream(self, path: str, request: dict[str, Any],
-                          aggregator: StreamAggregator | ResponsesStreamAggregator,
-                          frames: Frames, ended: bool = False) -> bool:
+                          aggregator: Aggregator, frames: Frames, ended: bool = False
+                          ) -> bool:
         """Save a finished stream, with its frames as sent; once begun, the save completes
         even if cancelled. `ended`: the upstream's body ended cleanly before `[DONE]` (a
         chat or completion stream is then whole if each choice the request asked for came
         with its finish_reason; a Responses stream needs its terminal event all the same)."""
         try:
-            if isinstance(aggregator, ResponsesStreamAggregator):
-                response = aggregator.result()
-            else:
-                response = aggregator.result(ended)
-                if ended and len(response["choices"]) != _choices_asked(path, request):
-                    raise StreamError("the stream ended before `data: [DONE]`, without "
-                                      "every choice the request asked for")
-        except (StreamError, ResponsesStreamError) as e:
+            response = aggregator.result(ended)
+            if ended and "choices" in response and \
+                    len(response["choices"]) != _choices_asked(path, request):
+                raise StreamError("the stream ended before `data: [DONE]`, without "
+                                  "every choice the request asked for")
+        except StreamError as e:
             log.warning("stream not recorded (%s): %s", path, e)
             return False
         texts = frames.texts()
@@ -221,9 +219,7 @@ class _Relay(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = asyncio.Event()
         watcher = asyncio.create_task(_watch_disconnect(receive, gone))
-        aggregator: StreamAggregator | ResponsesStreamAggregator = (
-            ResponsesStreamAggregator() if self.path == RESPONSES_PATH
-            else StreamAggregator(self.path == CHAT_PATH))
+        aggregator = family_of(self.path).aggregator()
         frames = Frames()
         saved = broken = False
         try:
@@ -237,7 +233,7 @@ class _Relay(Response):
                             saved = await self.recorder.save_stream(self.path, self.request,
                                                                     aggregator, frames)
                             broken = not saved
-                    except (StreamError, ResponsesStreamError) as e:
+                    except StreamError as e:
                         log.warning("stream not recorded (%s): %s", self.path, e)
                         broken = True
                 if gone.is_set():
@@ -263,7 +259,7 @@ def _choices_asked(path: str, request: dict[str, Any]) -> int:
     `prompt` may be a batch: a list of strings or of token-id lists)."""
     n = request.get("n")
     per_prompt = n if isinstance(n, int) and n > 0 else 1
-    prompt = request.get("prompt") if path == COMPLETION_PATH else None
+    prompt = request.get("prompt") if family_of(path).batched else None
     if isinstance(prompt, list) and prompt and all(isinstance(p, str | list) for p in prompt):
         return per_prompt * len(prompt)
     return per_prompt

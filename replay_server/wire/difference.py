@@ -4,7 +4,7 @@ The first difference is structured (`Difference`): where it is (message index an
 character offset), what kind it is, and short excerpts of both sides. Error messages that
 reach harnesses say only where and what kind; the excerpts quote prompt text, which some
 harnesses pattern-match in error messages, so they go to `/replay/misses`, the log and the
-`run` report only. Pure functions of two keyed prompts (`keys.prompts`).
+`run` report only. Pure functions of two keyed prompts (`Family.prompts`).
 """
 
 from __future__ import annotations
@@ -119,8 +119,7 @@ def system_variants(asked: dict[str, Any], near: dict[str, Any]) -> list[dict[st
 
 
 def first_difference(asked: dict[str, Any], saved: dict[str, Any]) -> Difference:
-    """Where `asked` first differs from `saved` (keyed prompts, `keys.chat_prompt`,
-    `keys.completion_prompt` or `openai_responses.keyed_input`)."""
+    """Where `asked` first differs from `saved` (keyed prompts: `Family.prompts`)."""
     if "input" in asked and "input" in saved:
         if asked.get("previous") != saved.get("previous"):
             return _previous_diff(asked.get("previous"), saved.get("previous"))

@@ -1,33 +1,41 @@
-"""Request -> canonical key. Every matching rule lives here, as pure functions.
+"""The field-table engine: how every wire API's request fields are classified and keyed.
 
-`FIELDS` classifies every request field of the OpenAI chat and completions APIs and of
-vLLM's extra parameters, with its reason:
+Each API family supplies a `Table` of its request fields (`chat/fields.py`, ...), and each
+field's role, with its reason:
 
 - *key*: it changes what the model sees (the prompt, tools, templates) or what it may emit
-  (formats, grammars, banned or biased tokens), so it is part of the key: a request that
-  differs in it never gets the saved answer;
+  (formats, grammars, banned or biased tokens), or what the server returns for the same
+  generation, so it is part of the key: a request that differs in it never gets the
+  saved answer;
 - *strict*: it changes how the model samples or where it stops (temperature, max_tokens,
   stop, seed, ...). Not part of the key; `--strict` requires it to equal the saved value;
 - *ignored*: transport and bookkeeping (`stream`, `user`, `metadata`, ...), or `model`
   and `n`, which select the saved run and the samples.
 
-A field the table does not know is treated as *strict*: `--strict` compares it.
+A field a table does not know is treated as *strict*: `--strict` compares it.
 
 The key is 16 bytes of the SHA-256 of the canonical JSON (sorted keys, compact separators,
-UTF-8 kept) of the endpoint kind and the *key* fields the request sets. Normalised, and
-only this (KEY_VERSION 2):
-1. key order inside JSON objects, except inside a JSON Schema or other verbatim value
-   (a tool's `parameters`, a `response_format` schema, `guided_json`, the template's
-   kwargs and documents): there key order is rendered into the prompt or followed by the
-   grammar, so it is content, like everything else inside such a value;
-2. `null`-valued fields where null means "unset" in the API: top-level fields, message
-   fields (and their content parts and tool calls), tool and function definitions, the
-   `response_format` envelope. Never inside a verbatim value: `{"const": null}` is not `{}`;
-3. a message `content` given as a list holding one text part, vs the same plain string;
-4. a field set to the value that means "unset" (`FIELDS[...].unset`), e.g. `tools: []`,
-   `response_format: {"type": "text"}`, `echo: false`, `add_generation_prompt: true`; and
-   `tool_choice`, `parallel_tool_calls`, `function_call` when no tools are given.
-Whitespace, case and anything else inside a text are never touched: exact means exact.
+UTF-8 kept) of `{"v": KEY_VERSION, "kind": <the family>, <each key field the request sets,
+in its normal form>}`. The engine's normal forms, for every family:
+1. key order inside JSON objects, except inside a verbatim value (`verbatim`: a JSON
+   Schema, a template's kwargs, a grammar): there key order is rendered into the prompt or
+   followed by the grammar, so it is content, like everything else inside such a value;
+2. `null`-valued fields where null means "unset" in the API (`api`): top-level fields and
+   API objects, never inside a verbatim value (`{"const": null}` is not `{}`);
+3. a field set to the value that means "unset" (`Field.unset`), before or after its normal
+   form, and a field that means nothing without another (`Field.needs`: `tool_choice`
+   without `tools`).
+Each family adds the forms of its own objects (messages, tools, input items). Whitespace,
+case and anything else inside a text are never touched: exact means exact.
+
+`KEY_VERSION` is the version of all of it, for every family at once; an index file built
+with another is refused. Any change to how a key is computed that changes the bytes of a
+key is a new version (tests pin some keys' bytes). Version 3: one version for every
+family (Responses prompts carried a version 1 of their own), chat keys `echo` (vLLM puts
+the last assistant message in front of the answer) and vLLM's other fields that change
+the answer's text (`include_reasoning`, `truncation_side`, `media_io_kwargs`,
+`logits_processors`), and a value that is its unset value once normalised is unset (a
+`response_format` of `{"type": "text", "json_schema": null}`).
 
 This module must never depend on the server, the index or the files: it is the contract,
 tested directly.
@@ -36,197 +44,44 @@ tested directly.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-KEY_VERSION = 2
+from ..errors import BadRequest
+from .json_types import CLASSES, expected, type_name
 
-CHAT = "chat"
-COMPLETION = "completion"
-BOTH = (CHAT, COMPLETION)
+KEY_VERSION = 3
 
 KEY, STRICT, IGNORED = "key", "strict", "ignored"
 
-# How a key field's value is normalised: an API object (nulls dropped, key order free), a
-# message list, tool or function definitions (API objects around a verbatim JSON Schema),
-# a response_format, or verbatim (nothing normalised but the top-level null).
-API, MESSAGES, TOOLS, FUNCTIONS, FORMAT, STRUCTURED, VERBATIM = (
-    "api", "messages", "tools", "functions", "format", "structured", "verbatim")
-
-
-@dataclass(frozen=True)
-class Field:
-    name: str
-    role: str
-    kinds: tuple[str, ...]
-    types: tuple[str, ...]  # JSON types accepted (checked by `protocol`, documented in OpenAPI)
-    reason: str
-    unset: tuple[Any, ...] = ()  # values that mean the same as leaving the field out
-    form: str = API
-
-
-def _f(name: str, role: str, kinds: str | tuple[str, ...], types: str, reason: str,
-       unset: tuple[Any, ...] = (), form: str = API) -> Field:
-    return Field(name, role, (kinds,) if isinstance(kinds, str) else kinds,
-                 tuple(types.split("|")), reason, unset, form)
-
-
-FIELDS: tuple[Field, ...] = (
-    # --- what the model sees ---
-    _f("messages", KEY, CHAT, "array", "the conversation the model continues", form=MESSAGES),
-    _f("prompt", KEY, COMPLETION, "string|array", "the text or token ids the model continues "
-       "(a batch is keyed prompt by prompt)", form=VERBATIM),
-    _f("suffix", KEY, COMPLETION, "string", "the text after the insertion point "
-       "(fill-in-the-middle)", form=VERBATIM),
-    _f("echo", KEY, COMPLETION, "boolean", "the prompt is returned in front of the answer",
-       unset=(False,)),
-    _f("tools", KEY, CHAT, "array", "tool definitions are rendered into the prompt",
-       unset=([],), form=TOOLS),
-    _f("functions", KEY, CHAT, "array", "legacy tool definitions, rendered into the prompt",
-       unset=([],), form=FUNCTIONS),
-    _f("documents", KEY, CHAT, "array", "vLLM: documents rendered into the prompt (RAG)",
-       unset=([],), form=VERBATIM),
-    _f("chat_template", KEY, CHAT, "string", "vLLM: the template that renders the prompt",
-       form=VERBATIM),
-    _f("chat_template_kwargs", KEY, CHAT, "object", "vLLM: template variables, e.g. "
-       "enable_thinking", unset=({},), form=VERBATIM),
-    _f("add_generation_prompt", KEY, CHAT, "boolean", "vLLM: whether the assistant turn is "
-       "opened for the model", unset=(True,)),
-    _f("continue_final_message", KEY, CHAT, "boolean", "vLLM: the model continues the last "
-       "message instead of answering it", unset=(False,)),
-    _f("add_special_tokens", KEY, CHAT, "boolean", "vLLM: special tokens (BOS) added to the "
-       "prompt; off by default for chat", unset=(False,)),
-    _f("add_special_tokens", KEY, COMPLETION, "boolean", "vLLM: special tokens (BOS) added to "
-       "the prompt; on by default for completions", unset=(True,)),
-    _f("truncate_prompt_tokens", KEY, BOTH, "integer", "vLLM: cuts the prompt the model sees"),
-    _f("mm_processor_kwargs", KEY, CHAT, "object", "vLLM: how images or audio are turned "
-       "into prompt tokens", unset=({},), form=VERBATIM),
-    _f("prompt_embeds", KEY, COMPLETION, "string|array", "vLLM: the prompt as embeddings",
-       form=VERBATIM),
-    _f("web_search_options", KEY, CHAT, "object", "search results are put in front of the "
-       "model", form=VERBATIM),
-    _f("reasoning_effort", KEY, CHAT, "string", "rendered into the prompt of reasoning "
-       "models (gpt-oss), or sets their reasoning budget"),
-    _f("verbosity", KEY, CHAT, "string", "tells the model how long to answer"),
-    # --- what the model may emit ---
-    _f("tool_choice", KEY, CHAT, "string|object", "forces, forbids or allows a tool call "
-       "(dropped when no tools are given)"),
-    _f("function_call", KEY, CHAT, "string|object", "legacy tool_choice (dropped when no "
-       "functions are given)"),
-    _f("parallel_tool_calls", KEY, CHAT, "boolean", "whether several tool calls may be "
-       "emitted (dropped when no tools are given)", unset=(True,)),
-    _f("response_format", KEY, BOTH, "object", "constrains the answer to JSON or a schema",
-       unset=({"type": "text"},), form=FORMAT),
-    _f("structured_outputs", KEY, BOTH, "object", "vLLM: constrains the answer to a schema, "
-       "regex, choice or grammar", unset=({},), form=STRUCTURED),
-    _f("guided_json", KEY, BOTH, "string|object", "vLLM: constrains the answer to a JSON "
-       "Schema", form=VERBATIM),
-    _f("guided_regex", KEY, BOTH, "string", "vLLM: constrains the answer to a regex",
-       form=VERBATIM),
-    _f("guided_choice", KEY, BOTH, "array", "vLLM: constrains the answer to one of these",
-       form=VERBATIM),
-    _f("guided_grammar", KEY, BOTH, "string", "vLLM: constrains the answer to a grammar",
-       form=VERBATIM),
-    _f("guided_whitespace_pattern", KEY, BOTH, "string", "vLLM: whitespace allowed in "
-       "guided JSON", form=VERBATIM),
-    _f("structural_tag", KEY, BOTH, "string|object", "vLLM: constrains tagged parts of the "
-       "answer", form=VERBATIM),
-    _f("logit_bias", KEY, BOTH, "object", "bans or favours tokens (multiple-choice harnesses "
-       "restrict the answer with it)", unset=({},)),
-    _f("allowed_token_ids", KEY, BOTH, "array", "vLLM: the only tokens the model may emit",
-       form=VERBATIM),
-    _f("bad_words", KEY, BOTH, "array", "vLLM: words the model may not emit", unset=([],),
-       form=VERBATIM),
-    _f("modalities", KEY, CHAT, "array", "asks for audio as well as text"),
-    _f("audio", KEY, CHAT, "object", "the voice and format of an audio answer"),
-    # --- what the server returns for the same generation ---
-    _f("include_stop_str_in_output", KEY, BOTH, "boolean", "vLLM: the stop string is kept "
-       "in the returned text", unset=(False,)),
-    _f("skip_special_tokens", KEY, BOTH, "boolean", "vLLM: special tokens are left out of "
-       "the returned text", unset=(True,)),
-    _f("spaces_between_special_tokens", KEY, BOTH, "boolean", "vLLM: how special tokens are "
-       "joined in the returned text", unset=(True,)),
-    # --- how the model samples, and where it stops: compared with --strict ---
-    _f("temperature", STRICT, BOTH, "number", "sampling temperature"),
-    _f("top_p", STRICT, BOTH, "number", "nucleus sampling"),
-    _f("top_k", STRICT, BOTH, "integer", "vLLM: top-k sampling"),
-    _f("min_p", STRICT, BOTH, "number", "vLLM: min-p sampling"),
-    _f("seed", STRICT, BOTH, "integer", "the sampler's seed (also picks the saved sample "
-       "with that seed, see the samples rules)"),
-    _f("max_tokens", STRICT, BOTH, "integer", "where the answer is cut"),
-    _f("max_completion_tokens", STRICT, CHAT, "integer", "where the answer is cut"),
-    _f("min_tokens", STRICT, BOTH, "integer", "vLLM: the answer is at least this long"),
-    _f("stop", STRICT, BOTH, "string|array", "strings that end the answer"),
-    _f("stop_token_ids", STRICT, BOTH, "array", "vLLM: tokens that end the answer"),
-    _f("ignore_eos", STRICT, BOTH, "boolean", "vLLM: keep going past the end-of-text token"),
-    _f("presence_penalty", STRICT, BOTH, "number", "penalises repeated tokens"),
-    _f("frequency_penalty", STRICT, BOTH, "number", "penalises frequent tokens"),
-    _f("repetition_penalty", STRICT, BOTH, "number", "vLLM: penalises repeated tokens"),
-    _f("length_penalty", STRICT, BOTH, "number", "vLLM: beam search length penalty"),
-    _f("use_beam_search", STRICT, BOTH, "boolean", "vLLM: beam search instead of sampling"),
-    _f("best_of", STRICT, COMPLETION, "integer", "sample several, return the best n"),
-    _f("logprobs", STRICT, CHAT, "boolean", "whether token logprobs are returned"),
-    _f("logprobs", STRICT, COMPLETION, "integer", "how many token logprobs are returned"),
-    _f("top_logprobs", STRICT, CHAT, "integer", "how many alternatives each logprob lists"),
-    _f("prompt_logprobs", STRICT, BOTH, "integer", "vLLM: logprobs of the prompt tokens"),
-    _f("return_tokens_as_token_ids", STRICT, BOTH, "boolean", "vLLM: how logprob tokens are "
-       "named"),
-    _f("return_token_ids", STRICT, BOTH, "boolean", "vLLM: token ids in the response"),
-    _f("guided_decoding_backend", STRICT, BOTH, "string", "vLLM: which grammar engine "
-       "enforces a guided format"),
-    _f("vllm_xargs", STRICT, BOTH, "object", "vLLM: arguments for sampling plugins"),
-    # --- transport and bookkeeping ---
-    _f("model", IGNORED, BOTH, "string", "selects the saved run (see --model-alias)"),
-    _f("n", IGNORED, BOTH, "integer", "how many samples: decided by the samples rules"),
-    _f("stream", IGNORED, BOTH, "boolean", "transport: the same answer, streamed"),
-    _f("stream_options", IGNORED, BOTH, "object", "transport: what a stream carries"),
-    _f("user", IGNORED, BOTH, "string", "bookkeeping: the end user's id"),
-    _f("safety_identifier", IGNORED, CHAT, "string", "bookkeeping: the end user's id"),
-    _f("metadata", IGNORED, CHAT, "object", "bookkeeping: tags stored with the request"),
-    _f("store", IGNORED, CHAT, "boolean", "bookkeeping: whether the provider keeps it"),
-    _f("service_tier", IGNORED, BOTH, "string", "transport: the provider's queue"),
-    _f("prompt_cache_key", IGNORED, CHAT, "string", "transport: the provider's cache"),
-    _f("prediction", IGNORED, CHAT, "object", "speeds up decoding; the answer is the same"),
-    _f("request_id", IGNORED, BOTH, "string", "vLLM: a request id for logs"),
-    _f("priority", IGNORED, BOTH, "integer", "vLLM: scheduling priority"),
-    _f("cache_salt", IGNORED, BOTH, "string", "vLLM: prefix-cache isolation"),
-    _f("kv_transfer_params", IGNORED, BOTH, "object", "vLLM: disaggregated serving"),
-)
-
-_BY_KIND: dict[str, dict[str, Field]] = {
-    kind: {f.name: f for f in FIELDS if kind in f.kinds} for kind in BOTH}
-_KEYED: dict[str, dict[str, Field]] = {
-    kind: {n: f for n, f in fields.items() if f.role == KEY and n not in ("messages", "prompt")}
-    for kind, fields in _BY_KIND.items()}
-_NOT_STRICT: dict[str, frozenset[str]] = {
-    kind: frozenset(n for n, f in fields.items() if f.role != STRICT)
-    for kind, fields in _BY_KIND.items()}
-# Key fields that mean nothing without tools (or legacy functions).
-_NEEDS_TOOLS = frozenset({"tool_choice", "parallel_tool_calls", "function_call"})
-
-
-def fields_of(kind: str) -> dict[str, Field]:
-    """The table's fields for one endpoint kind, by name."""
-    return _BY_KIND[kind]
-
 
 class Unkeyable(ValueError):
-    """A request or saved record whose key cannot be computed (nested too deeply)."""
+    """A request or saved record whose key cannot be computed: `field` nests too deeply
+    (orjson writes at most 255 levels)."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(f"`{field}` nests JSON objects or lists too deeply to be keyed "
+                         "(at most about 250 levels)")
+        self.field = field
+
+    def bad_request(self) -> BadRequest:
+        return BadRequest(str(self), param=self.field)
 
 
-def drop_nulls(value: Any) -> Any:
-    """`value` with every null-valued object field removed, at any depth: for API objects
-    only, where null means unset. A flat object with no null (the usual message) is
-    returned as it is, not copied: this is on the request path."""
+def api(value: Any) -> Any:
+    """An API object's normal form: every null-valued field removed, at any depth (null
+    means unset there). A flat object with no null (the usual message) is returned as it
+    is, not copied: this is on the request path."""
     if isinstance(value, dict):
         for v in value.values():
             if v is None or isinstance(v, dict | list):
-                return {k: drop_nulls(v) for k, v in value.items() if v is not None}
+                return {k: api(v) for k, v in value.items() if v is not None}
         return value
     if isinstance(value, list):
-        return [drop_nulls(v) for v in value]
+        return [api(v) for v in value]
     return value
 
 
@@ -235,170 +90,22 @@ def verbatim(value: Any) -> dict[str, str]:
     return {"$verbatim": orjson.dumps(value).decode()}
 
 
-def _normalise_content(message: Any) -> Any:
-    if not isinstance(message, dict):
-        return message
-    content = message.get("content")
-    if (
-        isinstance(content, list)
-        and len(content) == 1
-        and isinstance(content[0], dict)
-        and content[0].keys() == {"type", "text"}
-        and content[0]["type"] == "text"
-        and isinstance(content[0]["text"], str)
-    ):
-        return {**message, "content": content[0]["text"]}
-    return message
+def unverbatim(value: Any) -> Any:
+    """A normal form as a request sends it: verbatim values as they were."""
+    if isinstance(value, dict):
+        if value.keys() == {"$verbatim"} and isinstance(value["$verbatim"], str):
+            return orjson.loads(value["$verbatim"])
+        return {k: unverbatim(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unverbatim(v) for v in value]
+    return value
 
 
-def _message(message: Any) -> Any:
-    # The usual message, only strings, is already normal: checked in one pass, not copied.
-    if type(message) is dict:
-        for value in message.values():
-            if type(value) is not str:
-                return _normalise_content(drop_nulls(message))
-    return message
-
-
-def _definition(function: Any) -> Any:
-    """A function definition: an API object around a verbatim `parameters` schema."""
-    if not isinstance(function, dict):
-        return function
-    out = {k: v for k, v in function.items() if v is not None}
-    if "parameters" in out:
-        out["parameters"] = verbatim(out["parameters"])
-    return out
-
-
-def _tool(tool: Any) -> Any:
-    if not isinstance(tool, dict):
-        return tool
-    out = {k: v for k, v in tool.items() if v is not None}
-    if "function" in out:
-        out["function"] = _definition(out["function"])
-    return out
-
-
-def _response_format(value: Any) -> Any:
-    if not isinstance(value, dict):
-        return value
-    out = {k: v for k, v in value.items() if v is not None}
-    if isinstance(out.get("json_schema"), dict):
-        out["json_schema"] = {k: v for k, v in out["json_schema"].items() if v is not None}
-        if "schema" in out["json_schema"]:
-            out["json_schema"]["schema"] = verbatim(out["json_schema"]["schema"])
-    if "schema" in out:
-        out["schema"] = verbatim(out["schema"])
-    return out
-
-
-def _structured(value: Any) -> Any:
+def structured(value: Any) -> Any:
+    """An object of verbatim values (vLLM's `structured_outputs`: a schema, a regex...)."""
     if not isinstance(value, dict):
         return value
     return {k: verbatim(v) for k, v in value.items() if v is not None}
-
-
-_FORMS = {
-    API: drop_nulls,
-    MESSAGES: lambda v: [_message(m) for m in v] if isinstance(v, list) else v,
-    TOOLS: lambda v: [_tool(t) for t in v] if isinstance(v, list) else v,
-    FUNCTIONS: lambda v: [_definition(f) for f in v] if isinstance(v, list) else v,
-    FORMAT: _response_format,
-    STRUCTURED: _structured,
-    VERBATIM: verbatim,
-}
-
-
-def _keyed_fields(request: dict[str, Any], kind: str, prompt: dict[str, Any]) -> None:
-    keyed = _KEYED[kind]
-    names = request.keys() & keyed.keys()
-    if not names:
-        return
-    for name in names:
-        value = request[name]
-        field = keyed[name]
-        if value is None or value in field.unset:
-            continue
-        prompt[name] = _FORMS[field.form](value)
-    if "tools" not in prompt and "functions" not in prompt:
-        for name in _NEEDS_TOOLS:
-            prompt.pop(name, None)
-
-
-def chat_prompt(request: dict[str, Any]) -> dict[str, Any]:
-    """The keyed part of a chat request, normalised."""
-    messages = [_message(m) for m in request.get("messages") or ()]
-    prompt: dict[str, Any] = {"v": KEY_VERSION, "kind": CHAT, "messages": messages}
-    _keyed_fields(request, CHAT, prompt)
-    return prompt
-
-
-def completion_prompt(prompt: str | list[int], request: dict[str, Any] | None = None
-                      ) -> dict[str, Any]:
-    """The keyed part of one completion prompt (a batch is keyed prompt by prompt); the
-    other key fields come from `request`."""
-    keyed: dict[str, Any] = {"v": KEY_VERSION, "kind": COMPLETION, "prompt": prompt}
-    if request:
-        _keyed_fields(request, COMPLETION, keyed)
-    return keyed
-
-
-def is_token_ids(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and len(value) > 0
-        and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
-    )
-
-
-def split_prompts(prompt: Any) -> list[str | list[int]] | None:
-    """The prompts of a completion request, one by one; None if `prompt` has no valid form.
-
-    Accepted: a string, a list of token ids, a list of strings, a list of token-id lists.
-    """
-    if isinstance(prompt, str) or is_token_ids(prompt):
-        return [prompt]
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt):
-            return list(prompt)
-        if all(is_token_ids(p) for p in prompt):
-            return list(prompt)
-    return None
-
-
-def prompts(kind: str, request: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """The keyed prompts of a request or a saved record: one for chat, one per prompt of a
-    completion batch; None when a completion `prompt` has no valid form. The one place a
-    request becomes what is keyed."""
-    if kind == CHAT:
-        return [chat_prompt(request)]
-    split = split_prompts(request.get("prompt"))
-    if split is None:
-        return None
-    return [completion_prompt(p, request) for p in split]
-
-
-def canonical(prompt: dict[str, Any]) -> bytes:
-    """Canonical JSON: sorted keys, compact separators, UTF-8 kept. Raises Unkeyable for a
-    value nested too deeply to encode (orjson's limit)."""
-    try:
-        return orjson.dumps(prompt, option=orjson.OPT_SORT_KEYS)
-    except (orjson.JSONEncodeError, RecursionError) as e:
-        raise Unkeyable(f"cannot encode the prompt: {e}") from None
-
-
-def digest(canonical_json: bytes) -> bytes:
-    """16 bytes of SHA-256 (hardware-accelerated on most CPUs: about twice BLAKE2b's speed
-    on a prompt-sized input, and this is on every request)."""
-    return hashlib.sha256(canonical_json).digest()[:16]
-
-
-def key_of(prompt: dict[str, Any]) -> bytes:
-    """`digest(canonical(prompt))`, in one step (on every request)."""
-    try:
-        return hashlib.sha256(orjson.dumps(prompt, option=orjson.OPT_SORT_KEYS)).digest()[:16]
-    except (orjson.JSONEncodeError, RecursionError):
-        return digest(canonical(prompt))  # raises Unkeyable, as canonical says
 
 
 def number(value: Any) -> Any:
@@ -410,18 +117,194 @@ def number(value: Any) -> Any:
     return value
 
 
-def sampling_params(request: dict[str, Any], kind: str) -> dict[str, Any]:
-    """What `--strict` compares: every field the request sets (null means unset) that is
-    neither keyed nor ignored, numbers normalised. Fields the table does not know are
-    compared too."""
-    skip = _NOT_STRICT[kind]
-    return {k: number(v) for k, v in request.items() if k not in skip and v is not None}
+@dataclass(frozen=True)
+class Field:
+    """One request field of a family: its role, the JSON types it accepts (checked, and
+    documented in the OpenAPI schema), why it has that role, the values that mean the same
+    as leaving it out, and the normal form of its value in the key."""
+
+    name: str
+    role: str
+    types: tuple[str, ...]
+    reason: str
+    unset: tuple[Any, ...] = ()
+    form: Callable[[Any], Any] = api
+    needs: tuple[str, ...] = ()  # one of these keyed, or this one means nothing
+    items: str | None = None  # the JSON type of an array's items, checked
 
 
-def markdown_table() -> str:
-    """The README's table of request fields, generated from FIELDS (and tested)."""
-    names = {CHAT: "chat", COMPLETION: "completions"}
-    rows = ["| field | endpoints | role | why |", "| --- | --- | --- | --- |"]
-    rows += [f"| `{f.name}` | {' and '.join(names[k] for k in f.kinds)} | {f.role} | "
-             f"{f.reason} |" for f in FIELDS]
+def field(name: str, role: str, types: str, reason: str, *, unset: tuple[Any, ...] = (),
+          form: Callable[[Any], Any] = api, needs: tuple[str, ...] = (),
+          items: str | None = None) -> Field:
+    """A Field, its types written `"string|array"`."""
+    return Field(name, role, tuple(types.split("|")), reason, unset, form, needs, items)
+
+
+class Table:
+    """The request fields of one family, and what the engine does with them: the one type
+    check of a request, its key fields in normal form, the sampling parameters `--strict`
+    compares, the OpenAPI schema. `own` names the key fields the family keys itself (its
+    prompt: `messages`, `prompt`, `input`); `aliases` the request field that a name of
+    the keyed prompt stands for, where they differ."""
+
+    def __init__(self, kind: str, fields: tuple[Field, ...], own: tuple[str, ...],
+                 aliases: Mapping[str, str] | None = None) -> None:
+        self.kind, self.fields = kind, fields
+        self.aliases = dict(aliases or {})
+        self.by_name = {f.name: f for f in fields}
+        assert len(self.by_name) == len(fields), "a field is in the table twice"
+        self._keyed = {f.name: f for f in fields if f.role == KEY and f.name not in own}
+        self._not_strict = frozenset(f.name for f in fields if f.role != STRICT)
+        self._strict_unset = {f.name: f.unset for f in fields if f.role == STRICT and f.unset}
+        # orjson makes exact dicts, lists, strs, ints, floats and bools, never a subclass:
+        # one set lookup a field (a bool is a bool, not an int). This is on every request.
+        self._classes = {f.name: frozenset(c for t in ("null", *f.types) for c in CLASSES[t])
+                         for f in fields}
+        self._items = {f.name: CLASSES[f.items] for f in fields if f.items}
+
+    def check(self, data: Mapping[str, Any]) -> None:
+        """BadRequest naming the first field of a type the table does not accept."""
+        classes = self._classes
+        for name, value in data.items():
+            accepted = classes.get(name)
+            if accepted is not None and value.__class__ not in accepted:
+                raise self._mistyped(name, value)
+        for name, items in self._items.items():
+            value = data.get(name)
+            if value.__class__ is list and not all(v.__class__ in items for v in value):
+                raise self._mistyped(name, value)
+
+    def _mistyped(self, name: str, value: Any) -> BadRequest:
+        f = self.by_name[name]
+        return BadRequest(f"`{name}` must be {expected(f.types, f.items)}, got "
+                          f"{type_name(value)}", param=name)
+
+    def too_deep(self, error: Unkeyable) -> BadRequest:
+        """The 400 for a request whose key cannot be made, naming the request's field."""
+        return Unkeyable(self.aliases.get(error.field, error.field)).bad_request()
+
+    def normal(self, name: str, value: Any) -> Any:
+        """A key field's value in its normal form; Unkeyable naming it if it nests too deeply."""
+        try:
+            return self.by_name[name].form(value)
+        except (RecursionError, orjson.JSONEncodeError):
+            raise Unkeyable(name) from None
+
+    def prompt(self, request: Mapping[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+        """The keyed prompt of a request: `own`, the family's own fields (already normal,
+        in a dict of its own that becomes the prompt), and every other key field the
+        request sets, normalised."""
+        prompt = own
+        prompt["v"], prompt["kind"] = KEY_VERSION, self.kind
+        keyed = self._keyed
+        names = request.keys() & keyed.keys()
+        if not names:
+            return prompt
+        for name in names:
+            value = request[name]
+            unset = keyed[name].unset
+            if value is None or value in unset:
+                continue
+            value = self.normal(name, value)
+            if value not in unset:
+                prompt[name] = value
+        for name in names:
+            needs = keyed[name].needs
+            if needs and name in prompt and not any(n in prompt for n in needs):
+                del prompt[name]
+        return prompt
+
+    def sampling_params(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """What `--strict` compares: every field the request sets (null, or a value that
+        means unset, is not set) that is neither keyed nor ignored, numbers normalised.
+        Fields the table does not know are compared too."""
+        skip, unset = self._not_strict, self._strict_unset
+        try:
+            return {k: number(v) for k, v in request.items() if k not in skip and v is not None
+                    and not (k in unset and v in unset[k])}
+        except RecursionError:  # a list nested too deeply: which field is it?
+            for name, value in request.items():
+                try:
+                    number(value)
+                except RecursionError:
+                    raise Unkeyable(name) from None
+            raise
+
+    def params(self, request: Mapping[str, Any]) -> bytes:
+        """`sampling_params`, canonical: what a saved exchange is compared by."""
+        return canonical(self.sampling_params(request))
+
+    def schema(self, required: str, special: Mapping[str, Any]) -> dict[str, Any]:
+        """The JSON Schema of a request (the OpenAPI document), from the table: types and
+        roles; `special` adds to a field's (an `anyOf` replaces its plain types).
+        `additionalProperties` stays open: unknown fields are ignored."""
+        properties: dict[str, Any] = {}
+        for f in self.fields:
+            types = list(f.types)
+            spec: dict[str, Any] = {"type": types[0] if len(types) == 1 else types}
+            if f.items:
+                spec["items"] = {"type": f.items}
+            properties[f.name] = {**spec, "description": f"{f.role}: {f.reason}"}
+        for name, extra in special.items():
+            base = properties[name]
+            if "anyOf" in extra:
+                base = {"description": base["description"]}
+            properties[name] = {**base, **extra}
+        return {"type": "object", "required": [required], "properties": properties}
+
+
+def canonical(prompt: Mapping[str, Any]) -> bytes:
+    """Canonical JSON: sorted keys, compact separators, UTF-8 kept. Unkeyable, naming the
+    field, for a value nested too deeply to encode (orjson's limit)."""
+    try:
+        return orjson.dumps(prompt, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, RecursionError):
+        raise Unkeyable(_too_deep(prompt)) from None
+
+
+def _too_deep(prompt: Mapping[str, Any]) -> str:
+    for name, value in prompt.items():
+        try:
+            orjson.dumps({name: value})
+        except (orjson.JSONEncodeError, RecursionError):
+            return str(name)
+    return "the request"  # (never: one of the fields is the one)
+
+
+def digest(canonical_json: bytes) -> bytes:
+    """16 bytes of SHA-256 (hardware-accelerated on most CPUs, faster than BLAKE2b on a
+    prompt-sized input there, and this is on every request)."""
+    return hashlib.sha256(canonical_json).digest()[:16]
+
+
+def key_of(prompt: Mapping[str, Any]) -> bytes:
+    """The key of a keyed prompt: `digest(canonical(prompt))`."""
+    return digest(canonical(prompt))
+
+
+def markdown_table(tables: Iterable[tuple[str, Table]]) -> str:
+    """The README's table of request fields of one family or more (`(name, table)`),
+    generated from the tables (and tested): a field that several tables share (the same
+    Field) is one row naming them all, and each table's own fields come right before the
+    next shared one."""
+    named = list(tables)
+    order: list[Field] = []
+    for _, table in named:
+        pending: list[Field] = []  # fields of this table alone: before the next shared one
+        for f in table.fields:
+            if f in order:
+                at = order.index(f)
+                order[at:at] = pending
+                pending = []
+            else:
+                pending.append(f)
+        order += pending
+    several = len(named) > 1
+    head = "| field | endpoints | role | why |" if several else "| field | role | why |"
+    rows = [head, "| --- | --- | --- | --- |" if several else "| --- | --- | --- |"]
+    for f in order:
+        where = " and ".join(n for n, t in named if f in t.fields)
+        unset = f" (unset: `{orjson.dumps(f.unset[0]).decode()}`)" if f.unset else ""
+        rows.append(f"| `{f.name}` |" + (f" {where} |" if several else "")
+                    + f" {f.role} | {f.reason}{unset} |")
     return "\n".join(rows)

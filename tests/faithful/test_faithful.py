@@ -35,6 +35,11 @@ from replay_server.settings import Settings
 from replay_server.web.app import create_app
 from replay_server.web.recorder import Recorder, create_record_app
 from replay_server.wire import keys
+from replay_server.wire.chat import request as chat_request
+from replay_server.wire.chat.fields import TABLE as CHAT
+from replay_server.wire.completions import request as completions_request
+from replay_server.wire.completions.fields import TABLE as COMPLETIONS
+from replay_server.wire.families import fields_table
 from tests.support import (
     CLI,
     MODEL,
@@ -55,12 +60,12 @@ from tests.support import (
 
 def chat_key(**request: Any) -> bytes:
     request.setdefault("messages", user("q"))
-    return keys.key_of(keys.chat_prompt(request))
+    return keys.key_of(chat_request.prompt(request))
 
 
 def completion_key(**request: Any) -> bytes:
     request.setdefault("prompt", "q")
-    return keys.key_of(keys.completion_prompt(request["prompt"], request))
+    return keys.key_of(completions_request.prompt(request["prompt"], request))
 
 
 def handle(replayer: Replayer, endpoint: str = CHAT_PATH, **body: Any) -> dict[str, Any]:
@@ -76,8 +81,9 @@ def handle(replayer: Replayer, endpoint: str = CHAT_PATH, **body: Any) -> dict[s
 # A value that is not the field's "unset" value, per JSON type (and per field where needed).
 SAMPLE = {"string": "x", "boolean": True, "number": 0.5, "integer": 3, "object": {"a": 1},
           "array": ["x"]}
-SPECIAL = {"echo": True, "add_generation_prompt": False, "skip_special_tokens": False,
-           "spaces_between_special_tokens": False, "add_special_tokens": True,
+SPECIAL = {"echo": True, "add_generation_prompt": False, "include_reasoning": False,
+           "skip_special_tokens": False, "spaces_between_special_tokens": False,
+           "add_special_tokens": True,
            "parallel_tool_calls": False, "tool_choice": "required",
            "function_call": "none", "response_format": {"type": "json_object"},
            "tools": [{"type": "function", "function": {"name": "f"}}],
@@ -86,42 +92,41 @@ SPECIAL = {"echo": True, "add_generation_prompt": False, "skip_special_tokens": 
 TOOLS = [{"type": "function", "function": {"name": "g"}}]
 
 
-def keyed_fields(kind: str) -> list[str]:
-    return [n for n, f in keys.fields_of(kind).items()
-            if f.role == keys.KEY and n not in ("messages", "prompt")]
+def keyed_fields(table: keys.Table) -> list[str]:
+    return [f.name for f in table.fields
+            if f.role == keys.KEY and f.name not in ("messages", "prompt")]
 
 
-def value_for(kind: str, name: str) -> Any:
+def value_for(table: keys.Table, name: str) -> Any:
     if name == "add_special_tokens":
-        return kind == keys.CHAT  # the opposite of each endpoint's default
-    return SPECIAL.get(name, SAMPLE[keys.fields_of(kind)[name].types[0]])
+        return table is CHAT  # the opposite of each endpoint's default
+    return SPECIAL.get(name, SAMPLE[table.by_name[name].types[0]])
 
 
-@pytest.mark.parametrize("name", keyed_fields(keys.CHAT))
+@pytest.mark.parametrize("name", keyed_fields(CHAT))
 def test_each_chat_key_field_changes_the_key(name: str) -> None:
     base = {"tools": TOOLS} if name in ("tool_choice", "parallel_tool_calls") else {}
     base = {"functions": [{"name": "g"}]} if name == "function_call" else base
-    assert chat_key(**base, **{name: value_for(keys.CHAT, name)}) != chat_key(**base), name
+    assert chat_key(**base, **{name: value_for(CHAT, name)}) != chat_key(**base), name
 
 
-@pytest.mark.parametrize("name", keyed_fields(keys.COMPLETION))
+@pytest.mark.parametrize("name", keyed_fields(COMPLETIONS))
 def test_each_completion_key_field_changes_the_key(name: str) -> None:
-    assert completion_key(**{name: value_for(keys.COMPLETION, name)}) != completion_key(), name
+    assert completion_key(**{name: value_for(COMPLETIONS, name)}) != completion_key(), name
 
 
 def test_the_issue_s_fields_are_all_key_fields() -> None:
-    chat = set(keyed_fields(keys.CHAT))
+    chat = set(keyed_fields(CHAT))
     assert {"functions", "function_call", "chat_template", "chat_template_kwargs",
             "add_generation_prompt", "continue_final_message", "documents", "guided_choice",
             "guided_json", "guided_regex", "guided_grammar", "structured_outputs",
-            "parallel_tool_calls"} <= chat
-    assert "suffix" in keyed_fields(keys.COMPLETION)
+            "parallel_tool_calls", "echo"} <= chat
+    assert {"suffix", "echo"} <= set(keyed_fields(COMPLETIONS))
 
 
-@pytest.mark.parametrize("name", [n for n, f in keys.fields_of(keys.CHAT).items()
-                                  if f.role != keys.KEY])
+@pytest.mark.parametrize("name", [f.name for f in CHAT.fields if f.role != keys.KEY])
 def test_strict_and_ignored_fields_never_change_the_key(name: str) -> None:
-    assert chat_key(**{name: value_for(keys.CHAT, name)}) == chat_key()
+    assert chat_key(**{name: value_for(CHAT, name)}) == chat_key()
 
 
 def test_fields_set_to_their_unset_value_do_not_change_the_key() -> None:
@@ -153,9 +158,7 @@ def test_unknown_fields_are_compared_in_strict_mode_only() -> None:
 
 def test_the_readme_field_table_is_the_code_s() -> None:
     readme = (ROOT / "README.md").read_text()
-    for f in keys.FIELDS:
-        kinds = " and ".join("chat" if k == keys.CHAT else "completions" for k in f.kinds)
-        assert f"| `{f.name}` | {kinds} | {f.role} | {f.reason} |" in readme, f.name
+    assert fields_table(CHAT_PATH, COMPLETION_PATH) in readme
 
 
 # --- 2. nulls and key order inside JSON Schemas are content -----------------------------
@@ -640,7 +643,7 @@ def test_the_nearest_prompt_catalog_is_built_with_the_index(tmp_path: Path) -> N
                                                             line=i) for i in range(50)])
     index = load([path], progress=False).index
     path.unlink()  # a miss must not need the files
-    found = index.catalog(MODEL, keys.CHAT).nearest(keys.canonical(keys.chat_prompt(
+    found = index.catalog(MODEL, CHAT.kind).nearest(keys.canonical(chat_request.prompt(
         {"messages": user("What is 7?!")})))
     assert found is not None and found[0]["messages"] == user("What is 7?")
 

@@ -14,6 +14,7 @@ from replay_server.index import file as index_file
 from replay_server.index.file import StoredIndex
 from replay_server.index.loading import load
 from replay_server.settings import Settings
+from replay_server.wire.keys import KEY_VERSION
 from tests.support import CLI, ROOT, chat_record, chat_response, serving, spawn, user, write_jsonl
 
 SAVED = [ROOT / "examples", ROOT / "tests" / "data" / "openai_batch"]
@@ -120,6 +121,21 @@ def test_a_non_index_file_is_refused(tmp_path: Path) -> None:
     fake.write_bytes(index_file.SQLITE_MAGIC + b"\0" * 100)
     with pytest.raises(LoadError, match="not a replay-server index"):
         StoredIndex(fake)
+
+
+def test_an_index_of_another_key_version_is_refused_saying_so(tmp_path: Path) -> None:
+    """Its keys are another version's: none would ever match a request."""
+    index = tmp_path / "run.idx"
+    index_file.write(load([write_jsonl(tmp_path / "run.jsonl", [
+        chat_record("q", chat_response("a"))])], progress=False), index)
+    with sqlite3.connect(index) as db:
+        db.execute("UPDATE meta SET value = '2' WHERE name = 'key_version'")
+    db.close()
+    with pytest.raises(LoadError) as refused:
+        StoredIndex(index)
+    message = str(refused.value)
+    assert "key version 2" in message and f"version {KEY_VERSION}" in message
+    assert "rebuild it" in message and str(index) in message
 
 
 @pytest.mark.http

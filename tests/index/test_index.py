@@ -15,7 +15,7 @@ from replay_server.index.samples import Rules
 from replay_server.paths import CHAT_PATH, COMPLETION_PATH
 from replay_server.replay.replayer import Replayer
 from replay_server.saved.record import Record
-from replay_server.wire import keys
+from replay_server.wire.families import family_of
 from tests.support import (
     MODEL,
     build,
@@ -297,7 +297,7 @@ def test_a_system_prompt_the_saved_run_did_not_have_is_named() -> None:
 
 
 # The sampling parameters of saved requests, remembered per set of plain values
-# (indexing.Builder._sampling_params): each is exactly what keys.sampling_params makes,
+# (indexing.Builder._sampling_params): each is exactly what `Table.params` makes,
 # whatever came before it (1, 1.0 and true are equal in Python but not in JSON).
 PARAM_VALUES = st.sampled_from([None, True, False, 0, 1, 2, 0.0, -0.0, 1.0, 0.5, 1e300,
                                 2.0 ** 60, 2 ** 60, "", "1", [1], [1.0], {"a": 1}])
@@ -307,21 +307,22 @@ REQUESTS = st.dictionaries(st.sampled_from(["temperature", "seed", "top_p", "sto
                            PARAM_VALUES, max_size=4)
 
 
-@given(st.lists(st.tuples(st.sampled_from([keys.CHAT, keys.COMPLETION]), REQUESTS),
+@given(st.lists(st.tuples(st.sampled_from([CHAT_PATH, COMPLETION_PATH]), REQUESTS),
                 max_size=12))
 def test_remembered_sampling_params_are_the_ones_computed(
         requests: list[tuple[str, dict[str, Any]]]) -> None:
     builder = Builder()
-    for kind, fields in requests * 2:
+    for endpoint, fields in requests * 2:
+        family = family_of(endpoint)
         request = {**fields, "messages": [{"role": "user", "content": "q"}]} \
-            if kind == keys.CHAT else {**fields, "prompt": "q"}
-        assert builder._sampling_params(request, kind) == keys.canonical(
-            keys.sampling_params(request, kind))
+            if endpoint == CHAT_PATH else {**fields, "prompt": "q"}
+        assert builder._sampling_params(request, family) == family.table.params(request)
 
 
 def test_the_prompt_is_never_a_sampling_parameter() -> None:
     # (what lets indexing.Builder remember sampling parameters without the prompt)
-    assert keys.sampling_params({"messages": [{"role": "user"}]}, keys.CHAT) == {}
-    assert keys.sampling_params({"prompt": "q"}, keys.COMPLETION) == {}
+    chat, completions = family_of(CHAT_PATH).table, family_of(COMPLETION_PATH).table
+    assert chat.sampling_params({"messages": [{"role": "user"}]}) == {}
+    assert completions.sampling_params({"prompt": "q"}) == {}
     # another endpoint's prompt field is an unknown field, compared
-    assert keys.sampling_params({"prompt": "q"}, keys.CHAT) == {"prompt": "q"}
+    assert chat.sampling_params({"prompt": "q"}) == {"prompt": "q"}

@@ -61,7 +61,7 @@ def test_a_missing_field_names_file_line_and_field(tmp_path: Path) -> None:
 def test_a_mistyped_field_says_what_was_expected(tmp_path: Path) -> None:
     bad = {**good(), "model": 3}
     path = write_jsonl(tmp_path / "r.jsonl", [bad])
-    assert load_error(path) == f"{path}:1: field `model`: expected a string, got int"
+    assert load_error(path) == f"{path}:1: field `model`: expected a string, got an integer"
 
 
 def test_a_truncated_last_line_is_named_not_dropped(tmp_path: Path) -> None:

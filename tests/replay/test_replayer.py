@@ -19,7 +19,7 @@ from replay_server.replay.replayer import Replayer
 from replay_server.saved.record import Record, validate
 from replay_server.settings import Settings
 from replay_server.web.app import create_app
-from replay_server.wire import aggregate
+from replay_server.wire.families import family_of
 from tests.support import MODEL, build, chat_record, chat_response, user
 
 LOOSE = Rules()
@@ -57,7 +57,7 @@ def streamed_record(text: str, *texts: str, line: int = 1, file: str = "saved.js
                     instance: Any = None, **request: Any) -> Record:
     """A record of a streamed exchange: its frames and the body they add up to."""
     frames = frames_of(text, *texts)
-    body = aggregate.whole("".join(frames).encode(), True)
+    body = family_of(CHAT_PATH).aggregate("".join(frames).encode())
     return validate({"replay_record": 1, "endpoint": CHAT_PATH, "model": MODEL,
                      "request": {"model": MODEL, "messages": user("q"), **request},
                      "response": body,

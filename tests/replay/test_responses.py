@@ -19,7 +19,8 @@ from replay_server.saved.record import validate
 from replay_server.saved.writer import RecordWriter
 from replay_server.settings import Settings
 from replay_server.web.recorder import Recorder, create_record_app
-from replay_server.wire.responses import aggregate, events_for
+from replay_server.wire.responses.stream_in import aggregate
+from replay_server.wire.responses.stream_out import events_for
 from tests.fakemodel.server import create_app as fake_model
 from tests.support import assert_error, running, serving, write_jsonl
 
@@ -266,11 +267,11 @@ def test_openai_batch_files_of_the_responses_api_are_read(tmp_path: Path) -> Non
 
 
 def test_the_readme_lists_every_responses_field_as_the_code_classifies_it() -> None:
-    from replay_server.wire import keys
-    from replay_server.wire import responses as R
+    from replay_server.paths import RESPONSES_PATH
+    from replay_server.wire.families import fields_table
 
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert R.markdown_table() in readme and keys.markdown_table() in readme
+    assert fields_table(RESPONSES_PATH) in readme
 
 
 def test_convert_and_the_index_file_keep_frames_and_batch_usage(

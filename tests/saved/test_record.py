@@ -25,8 +25,9 @@ from replay_server.saved.record import (
     make_record,
     validate,
 )
-from replay_server.wire import aggregate, streams
-from replay_server.wire.responses import events_for
+from replay_server.wire.chat.stream_out import STREAM as CHAT_STREAM
+from replay_server.wire.families import family_of
+from replay_server.wire.responses.stream_out import events_for
 from tests.support import ROOT, write_jsonl
 
 
@@ -87,7 +88,7 @@ BAD_LINES: list[tuple[Any, str]] = [
      "f.jsonl:7: field `endpoint`: expected one of /v1/chat/completions, /v1/completions, "
      "/v1/responses, got '/v1/embeddings'"),
     (changed(chat(), lambda o: o.update(model=3)),
-     "f.jsonl:7: field `model`: expected a string, got int"),
+     "f.jsonl:7: field `model`: expected a string, got an integer"),
     (changed(chat(), lambda o: o.update(model="")),
      "f.jsonl:7: field `model`: must not be empty"),
     (changed(chat(), lambda o: o.update(request=None)),
@@ -141,7 +142,7 @@ BAD_LINES: list[tuple[Any, str]] = [
      "f.jsonl:7: field `response.choices[0].text`: missing"),
     (changed(chat(), lambda o: o["response"]["choices"][0]["message"].update(content=1)),
      "f.jsonl:7: field `response.choices[0].message.content`: expected a string, a list of "
-     "content parts or null, got int"),
+     "content parts or null, got an integer"),
     (changed(chat(), lambda o: o["response"]["choices"][0]["message"].update(role=None,
                                                                              refusal=[])),
      "f.jsonl:7: field `response.choices[0].message.refusal`: expected a string or null, "
@@ -252,8 +253,8 @@ def streamed(text: str, saved: str | None = None) -> dict[str, Any]:
     body of `saved` (its frames left as they were)."""
     line = changed(chat(), lambda o: o["response"].update(usage=None))
     line["response"]["choices"][0]["message"] = {"role": "assistant", "content": text}
-    frames = b"".join(streams.chunks(CHAT_PATH, line["response"], False))
-    line["response"] = aggregate.whole(frames, True)
+    frames = b"".join(CHAT_STREAM.chunks(line["response"], False))
+    line["response"] = family_of(CHAT_PATH).aggregate(frames)
     line["stream"] = [frames.decode()]
     if saved is not None:
         line["response"]["choices"][0]["message"]["content"] = saved

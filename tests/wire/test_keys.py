@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replay_server.errors import BadRequest
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH, ENDPOINTS, RESPONSES_PATH
 from replay_server.wire import keys
+from replay_server.wire.chat import request as chat
+from replay_server.wire.chat.fields import TABLE as CHAT
+from replay_server.wire.completions import request as completions
+from replay_server.wire.families import FAMILIES, family_of, fields_table
 
 SYSTEM = {"role": "system", "content": "Be brief."}
 USER = {"role": "user", "content": "What is 2+2?"}
@@ -17,11 +25,11 @@ TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "
 
 def chat_key(**request: Any) -> bytes:
     request.setdefault("messages", [SYSTEM, USER])
-    return keys.key_of(keys.chat_prompt(request))
+    return keys.key_of(chat.prompt(request))
 
 
 def completion_key(prompt: Any, **request: Any) -> bytes:
-    return keys.key_of(keys.completion_prompt(prompt, {"prompt": prompt, **request}))
+    return keys.key_of(completions.prompt(prompt, {"prompt": prompt, **request}))
 
 
 BASE = chat_key()
@@ -100,8 +108,8 @@ def test_unicode_is_never_normalised() -> None:
 
 
 def test_sampling_params_drop_nulls_and_leave_out_n() -> None:
-    params = keys.sampling_params({"temperature": 0, "top_p": None, "n": 4, "seed": 1,
-                                   "messages": [], "stream": True, "model": "m"}, keys.CHAT)
+    params = CHAT.sampling_params({"temperature": 0, "top_p": None, "n": 4, "seed": 1,
+                                   "messages": [], "stream": True, "model": "m"})
     assert params == {"temperature": 0, "seed": 1}
 
 
@@ -163,3 +171,113 @@ def test_any_change_to_a_text_a_role_the_order_or_the_tools_changes_the_key(
         assert chat_key(messages=messages, tools=[TOOL]) != plain
         return
     assert chat_key(messages=changed) != plain
+
+
+# --- one engine, one version -------------------------------------------------------------
+
+PINNED: dict[str, tuple[str, dict[str, Any], list[str]]] = {  # name -> (endpoint, request,
+    # the hex of its keys), at KEY_VERSION 3
+    "chat": ("/v1/chat/completions", {
+        "model": "m", "temperature": 0, "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}]}]},
+        ["4f72ca40a440a02e317674184c1c8c5f"]),
+    "chat-tools-echo": ("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Add 1 and 2.", "name": None},
+                     {"role": "assistant", "content": "Calling"}],
+        "tools": [{"type": "function", "function": {"name": "add", "parameters": {
+            "type": "object", "properties": {"b": {"type": "integer"},
+                                             "a": {"type": "integer"}}}}}],
+        "tool_choice": "auto", "echo": True, "response_format": {"type": "text"}},
+        ["ac383f4bb3d62e6b1a8688e7668c0e82"]),
+    "completion": ("/v1/completions", {"prompt": "Question: 2+2=\nAnswer:", "max_tokens": 5},
+                   ["1ac26e41c0f1f5dec2516331aeada8a0"]),
+    "completion-token-ids-batch": ("/v1/completions", {
+        "prompt": [[1, 2, 3], [4, 5]], "echo": True, "logprobs": 1},
+        ["473c8a3c590eca1eba94bcec3a84d7b2", "927e3efa5e87088443d4ce480d29ac70"]),
+    "responses": ("/v1/responses", {
+        "input": "What is 2+2?", "instructions": "Be brief.",
+        "text": {"format": {"type": "text"}}}, ["bafb628be09400b7868ee305a28740a7"]),
+    "responses-items": ("/v1/responses", {
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
+        "tools": [{"type": "function", "name": "f", "parameters": {"b": 1, "a": None}}],
+        "tool_choice": "required"}, ["63bb742e6cd3853794d7fb50362dd104"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_the_bytes_of_keys_are_pinned(name: str) -> None:
+    """A change to how keys are computed that changes a key is a new KEY_VERSION: change
+    these with it, never alone."""
+    endpoint, body, pinned = PINNED[name]
+    request = family_of(endpoint).parse(orjson.dumps(body))
+    if not request.keys:
+        request.key(None)  # (Responses: keyed once the model is known)
+    assert keys.KEY_VERSION == 3
+    assert [k.hex() for k in request.keys] == pinned
+
+
+@pytest.mark.parametrize("endpoint", list(FAMILIES))
+def test_every_family_keys_with_the_one_version_and_its_own_kind(endpoint: str) -> None:
+    family = family_of(endpoint)
+    body = PINNED[{"chat": "chat", "completions": "completion"}.get(family.name,
+                                                                    family.name)][1]
+    prompts = family.prompts(body, None)
+    assert prompts and all(p["v"] == keys.KEY_VERSION and p["kind"] == family.kind
+                           for p in prompts)
+    assert len({f.kind for f in FAMILIES.values()}) == len(FAMILIES)
+
+
+def test_a_value_that_normalises_to_its_unset_value_is_unset() -> None:
+    assert chat_key(response_format={"type": "text", "json_schema": None}) == BASE
+    assert chat_key(logit_bias={"50256": None}) == BASE
+    assert chat_key(echo=True) != BASE and chat_key(echo=False) == BASE
+
+
+# --- the one type check ------------------------------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-2 ** 63, 2 ** 63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                 max_size=3),
+    max_leaves=6)
+OF = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+      dict: "object"}
+
+
+def accepts(f: keys.Field, value: Any) -> bool:
+    """The rule, written out: null, or one of the field's JSON types (an integer is a
+    number; a boolean is neither), and an array's items of `items`'s type."""
+    if value is None:
+        return True
+    kind = OF[type(value)]
+    if not (kind in f.types or (kind == "integer" and "number" in f.types)):
+        return False
+    return not (kind == "array" and f.items) or all(OF.get(type(v)) == f.items for v in value)
+
+
+@pytest.mark.parametrize("endpoint", list(FAMILIES))
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_a_request_passes_the_type_check_when_every_known_field_has_its_type(
+        endpoint: str, data: st.DataObject) -> None:
+    table = family_of(endpoint).table
+    names = sorted(table.by_name) + ["unknown_field"]
+    body = orjson.loads(orjson.dumps(data.draw(st.dictionaries(st.sampled_from(names), JSON,
+                                                               max_size=6))))
+    wrong = [n for n, v in body.items() if n in table.by_name
+             and not accepts(table.by_name[n], v)]
+    try:
+        table.check(body)
+    except BadRequest as e:
+        assert e.param in wrong and e.param is not None and f"`{e.param}` must be" in e.message
+    else:
+        assert not wrong
+
+
+def test_the_readme_lists_every_field_as_the_tables_classify_them() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert fields_table(CHAT_PATH, COMPLETION_PATH) in readme
+    assert fields_table(RESPONSES_PATH) in readme
+    assert tuple(FAMILIES) == ENDPOINTS

@@ -10,19 +10,17 @@ from hypothesis import strategies as st
 
 from replay_server.index.index import Bodies, Exchange
 from replay_server.paths import CHAT_PATH, COMPLETION_PATH
-from replay_server.wire import replies, streams
-from replay_server.wire.aggregate import StreamAggregator
-from replay_server.wire.responses import (
-    aggregate,
-    event_payloads,
-    events_for,
-    first_piece,
-    frame,
-    joined_deltas,
-    split_deltas,
-)
+from replay_server.wire.chat.stream_out import STREAM as CHAT_STREAM
+from replay_server.wire.choices import reply as replies
+from replay_server.wire.completions.stream_out import STREAM as COMPLETION_STREAM
+from replay_server.wire.families import family_of
+from replay_server.wire.pieces import first_piece, joined_deltas, split_deltas
+from replay_server.wire.responses.stream_in import aggregate
+from replay_server.wire.responses.stream_out import event_payloads, events_for, frame
 from replay_server.wire.sse import fill
 from tests.support import chat_response, completion_response
+
+STREAMS = {CHAT_PATH: CHAT_STREAM, COMPLETION_PATH: COMPLETION_STREAM}
 
 
 def exchange(body: dict[str, Any], sample_usage: Any = None) -> Exchange:
@@ -33,7 +31,7 @@ def exchange(body: dict[str, Any], sample_usage: Any = None) -> Exchange:
 
 
 def frames(endpoint: str, body: dict[str, Any], include_usage: bool) -> list[Any]:
-    raw = b"".join(streams.chunks(endpoint, body, include_usage))
+    raw = b"".join(STREAMS[endpoint].chunks(body, include_usage))
     events = raw.split(b"\n\n")
     assert events[-1] == b""
     assert all(e.startswith(b"data: ") for e in events[:-1])
@@ -144,11 +142,11 @@ def test_small_delta_frames_are_what_encoding_each_chunk_whole_gives(
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
     chat = chat_response(content, reasoning=reasoning or None, tool_calls=[call])
     for endpoint, body in ((CHAT_PATH, chat), (COMPLETION_PATH, completion_response(text))):
-        raw = b"".join(streams.chunks(endpoint, body, include_usage=True))
+        raw = b"".join(STREAMS[endpoint].chunks(body, include_usage=True))
         frames = raw.split(b"\n\n")[:-1]
         for one in frames[:-1]:
             assert one == b"data: " + orjson.dumps(orjson.loads(one[6:]))
-        aggregator = StreamAggregator(endpoint == CHAT_PATH)
+        aggregator = family_of(endpoint).aggregator()
         aggregator.feed(raw)
         got = aggregator.result()["choices"][0]
         if endpoint == CHAT_PATH:
@@ -165,11 +163,11 @@ def test_a_stream_fed_in_any_pieces_aggregates_as_fed_whole(
         content: str, cuts: list[int], ends: bytes) -> None:
     """The aggregator takes every whole event of what it was fed at once: a stream cut
     anywhere (a CRLF split in two included) gives the answer it gives fed whole."""
-    raw = b"".join(streams.chunks(CHAT_PATH, chat_response(content), include_usage=True))
+    raw = b"".join(CHAT_STREAM.chunks(chat_response(content), include_usage=True))
     raw = raw.replace(b"\n", ends)
-    whole = StreamAggregator(chat=True)
+    whole = family_of(CHAT_PATH).aggregator()
     assert whole.feed(raw)
-    pieces = StreamAggregator(chat=True)
+    pieces = family_of(CHAT_PATH).aggregator()
     points = sorted({c % (len(raw) + 1) for c in cuts} | {0, len(raw)})
     done = [pieces.feed(raw[a:b]) for a, b in zip(points, points[1:], strict=False)]
     assert done[-1] and pieces.result() == whole.result()

@@ -20,7 +20,7 @@ from typing import Any
 
 from ...errors import LoadError, where_of
 from ...paths import COMPLETION_PATH, ENDPOINTS
-from ...wire.keys import split_prompts
+from ...wire.completions.request import split_prompts
 from ..record import Record, make_record, split_batch, strip_transport
 from .base import LoadContext, head_keys, json_lines, read_rows
 

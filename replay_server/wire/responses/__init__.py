@@ -1,12 +1,14 @@
-"""The OpenAI Responses API (`POST /v1/responses`): its stream, its key. Pure functions.
+"""The OpenAI Responses API (`POST /v1/responses`), as OpenAI and vLLM serve it.
 
-- `ResponsesStreamAggregator` / `aggregate`: a Responses SSE stream, fed as it arrives, ->
-  the final response body (the `response` of `response.completed`, checked against the
-  deltas), the event payloads and the raw frames (for a byte-faithful replay);
-- `events_for`: the SSE frames a server sends for a saved non-streamed response, the text
-  and arguments cut into token-sized deltas (`split_deltas`); `stream_for`, them joined;
-- `keyed_input`: the part of a Responses request that belongs in the replay key, with the
-  field table `FIELDS` (the same roles as `keys.FIELDS`: key, strict, ignored).
+- `fields.py`: the field table and the normal forms of input items; `request.py`: the
+  keyed prompt (`keyed_input`) and the conversation a later turn continues (`previous_of`:
+  a request with `previous_response_id` is keyed by what the saved response of that id
+  holds, never by the id);
+- `stream_in.py`: a Responses SSE stream, fed as it arrives, -> the final response body
+  (the `response` of `response.completed`, checked against the deltas), the event payloads
+  and the raw frames (for a byte-faithful replay);
+- `stream_out.py`: the SSE frames a server sends for a saved non-streamed response, the
+  text and arguments cut into token-sized deltas.
 
 Wire format (openai-python's `types/responses`, vLLM's `entrypoints/openai/responses`):
 every event is `event: <type>` + `data: <json>` with a `type` and an increasing
@@ -17,41 +19,21 @@ opens with `response.created` and `response.in_progress` (the response with `sta
 `output_index`, `content_index` or `summary_index`), then `response.output_item.done`
 (the whole item); the stream ends with `response.completed` (the whole response with
 `usage`), or `response.incomplete` / `response.failed` (OpenAI), or an `error` event.
+A Responses request has no `n`: one saved response answers it, whole.
 """
 
-from .fields import (
-    FIELDS,
-    FIELDS_BY_NAME,
-    KEY_VERSION,
-    RESPONSES,
-    NeedsPrevious,
-    input_items,
-    keyed_input,
-    markdown_table,
-    output_items,
-    previous_of,
-    sampling_params,
-)
-from .stream_in import (
-    Aggregated,
-    ResponsesStreamAggregator,
-    ResponsesStreamError,
-    aggregate,
-    check_stream,
-)
-from .stream_out import (
-    PIECE,
-    event_payloads,
-    events_for,
-    first_piece,
-    frame,
-    joined_deltas,
-    split_deltas,
-    stream_for,
-)
+from ...paths import RESPONSES_PATH
+from ..family import Family
+from ..selection import encode
+from . import request, stream_in, stream_out
+from .fields import KIND, TABLE
 
-__all__ = ["FIELDS", "FIELDS_BY_NAME", "KEY_VERSION", "RESPONSES",
-           "Aggregated", "NeedsPrevious", "ResponsesStreamAggregator", "ResponsesStreamError",
-           "aggregate", "check_stream", "event_payloads", "events_for", "frame",
-           "input_items", "keyed_input", "markdown_table", "output_items", "previous_of",
-           "sampling_params", "split_deltas", "PIECE", "first_piece", "joined_deltas", "stream_for"]
+FAMILY = Family(
+    name="responses", kind=KIND, path=RESPONSES_PATH, table=TABLE, prompt_field="input",
+    check=request.check, prompts=request.prompts, reply=encode, stream=stream_out.stream,
+    aggregator=stream_in.ResponsesStreamAggregator,
+    aggregate=lambda stream: stream_in.aggregate(stream).response,
+    chained=True, previous_id=request.previous_id, previous_of=request.previous_of,
+    schema=TABLE.schema("input", {"input": {"anyOf": [
+        {"type": "string"}, {"type": "array", "items": {"type": "object"}}]}}),
+)

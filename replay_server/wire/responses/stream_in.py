@@ -4,18 +4,13 @@ event payloads and the raw frames, checked against each other."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from ..sse import line_end
-
-
-class ResponsesStreamError(Exception):
-    """The stream cannot be saved as an answer: it failed, carried an error, was cut short,
-    or its final response does not match its deltas."""
-
+from .. import sse
+from ..sse import StreamError
 
 # Item types whose one string field streams as deltas: (field, delta event prefix).
 STREAMED_FIELD = {
@@ -45,7 +40,6 @@ class Aggregated:
     frames: list[bytes]
 
 
-@dataclass
 class ResponsesStreamAggregator:
     """Takes a Responses stream as it arrives (`feed`, in chunks cut anywhere) and gives
     the final response body (`result`).
@@ -56,16 +50,16 @@ class ResponsesStreamAggregator:
     the deltas agree with it: per output item the joined text, refusal, reasoning,
     summary and argument deltas equal the final item's, and the `*.done` events say the
     same. Item ids are not compared: vLLM streams its items under other ids than the final
-    body's.
+    body's. The stream is cut into frames by the SSE rules (`sse.Frames`), as every stream
+    is; `events` are their payloads and `frames` their bytes.
     """
 
-    check: bool = True
-    events: list[dict[str, Any]] = field(default_factory=list)
-    frames: list[bytes] = field(default_factory=list)
-    terminal: dict[str, Any] | None = None
-    _buffer: bytes = b""
-    _frame: list[bytes] = field(default_factory=list)
-    _data: list[bytes] = field(default_factory=list)
+    def __init__(self, check: bool = True) -> None:
+        self.check = check
+        self.events: list[dict[str, Any]] = []
+        self.terminal: dict[str, Any] | None = None
+        self._frames = sse.Frames()
+        self.frames = self._frames.frames
 
     @property
     def done(self) -> bool:
@@ -74,61 +68,43 @@ class ResponsesStreamAggregator:
     def feed(self, data: bytes) -> bool:
         """Take more bytes of the stream; True once a terminal event has arrived
         (`response.completed`, `response.incomplete`, `response.failed` or `error`)."""
-        buffer = self._buffer + data
-        start = 0
-        while True:
-            end = line_end(buffer, start)
-            if end is None:
-                break
-            self._line(buffer[start:end])
-            start = end
-        self._buffer = buffer[start:]
+        for frame in self._frames.feed(data):
+            self._dispatch(frame)
         return self.done
 
     def finish(self) -> None:
         """The stream has ended: a last event without its blank line is taken as it is."""
-        if self._buffer:
-            self._line(self._buffer)
-            self._buffer = b""
-        if self._frame:
-            self._dispatch()
+        rest = self._frames.finish()
+        if rest:
+            self._dispatch(rest)
 
-    def _line(self, line: bytes) -> None:
-        self._frame.append(line)
-        text = line.rstrip(b"\r\n")
-        if not text:
-            self._dispatch()
-        elif text.startswith(b"data:"):
-            value = text[5:]
-            self._data.append(value[1:] if value.startswith(b" ") else value)
-
-    def _dispatch(self) -> None:
-        frame, data = b"".join(self._frame), b"\n".join(self._data)
-        self._frame, self._data = [], []
-        self.frames.append(frame)
+    def _dispatch(self, frame: bytes) -> None:
+        data = sse.data_of(frame)
         if not data or data.strip() == b"[DONE]":
             return
         try:
             event = orjson.loads(data)
         except orjson.JSONDecodeError as e:
-            raise ResponsesStreamError(f"a stream event is not JSON: {e}") from None
+            raise StreamError(f"a stream event is not JSON: {e}") from None
         if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-            raise ResponsesStreamError(f"a stream event has no type: {data[:200]!r}")
+            raise StreamError(f"a stream event has no type: {data[:200]!r}")
         self.events.append(event)
         if event["type"] in _TERMINAL and self.terminal is None:
             self.terminal = event
 
-    def result(self) -> dict[str, Any]:
+    def result(self, ended: bool = False) -> dict[str, Any]:
+        """The final response; a Responses stream is whole at its terminal event only
+        (`ended` changes nothing)."""
         terminal = self.terminal
         if terminal is None:
-            raise ResponsesStreamError("the stream ended before `response.completed`")
+            raise StreamError("the stream ended before `response.completed`")
         if terminal["type"] == "error":
-            raise ResponsesStreamError(f"the stream carried an error: {_brief(terminal)}")
+            raise StreamError(f"the stream carried an error: {_brief(terminal)}")
         response = terminal.get("response")
         if not isinstance(response, dict):
-            raise ResponsesStreamError(f"`{terminal['type']}` carries no response object")
+            raise StreamError(f"`{terminal['type']}` carries no response object")
         if terminal["type"] == "response.failed":
-            raise ResponsesStreamError(
+            raise StreamError(
                 f"the response failed: {_brief(response.get('error') or response)}")
         items = _done_items(self.events)
         if response.get("output") is None:
@@ -136,7 +112,7 @@ class ResponsesStreamAggregator:
         if self.check:
             problems = check_stream(self.events, response)
             if problems:
-                raise ResponsesStreamError("the stream does not match its final response: "
+                raise StreamError("the stream does not match its final response: "
                                            + "; ".join(problems[:5]))
         return response
 
@@ -149,7 +125,8 @@ def _brief(value: Any) -> str:
 
 
 def aggregate(stream: bytes | Iterable[bytes], check: bool = True) -> Aggregated:
-    """A whole Responses stream (bytes, or chunks of it) -> its final body, events, frames."""
+    """A whole Responses stream (bytes, or chunks of it) -> its final body, events, frames
+    (StreamError if it has none)."""
     aggregator = ResponsesStreamAggregator(check=check)
     for chunk in [stream] if isinstance(stream, bytes) else stream:
         aggregator.feed(chunk)

@@ -23,7 +23,8 @@ from replay_server.saved.record import Record, strip_transport
 from replay_server.saved.writer import RecordWriter
 from replay_server.settings import Settings
 from replay_server.web.recorder import Recorder, create_record_app
-from replay_server.wire.responses import aggregate, output_items
+from replay_server.wire.responses.request import output_items
+from replay_server.wire.responses.stream_in import aggregate
 from tests.fakemodel.server import create_app as fake_model
 from tests.harnesses.commands import offline_env
 from tests.support import running, serving

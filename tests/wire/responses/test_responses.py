@@ -22,7 +22,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from replay_server.wire import keys
-from replay_server.wire import responses as R
+from replay_server.wire.pieces import split_deltas
+from replay_server.wire.responses import fields, stream_in, stream_out
+from replay_server.wire.responses import request as responses
+from replay_server.wire.responses.request import keyed_input
+from replay_server.wire.sse import StreamError
 from tests.fakemodel.server import create_app as fake_model
 from tests.support import running
 
@@ -83,7 +87,7 @@ def payloads(frames: list[bytes]) -> list[dict[str, Any]]:
 
 @given(st.text())
 def test_split_deltas_join_back_exactly(text: str) -> None:
-    pieces = R.split_deltas(text)
+    pieces = split_deltas(text)
     assert "".join(pieces) == text
     assert all(pieces)
     assert (pieces == []) == (text == "")
@@ -91,7 +95,7 @@ def test_split_deltas_join_back_exactly(text: str) -> None:
 
 @given(st.text())
 def test_split_deltas_are_word_pieces_with_their_leading_whitespace(text: str) -> None:
-    pieces = R.split_deltas(text)
+    pieces = split_deltas(text)
     for piece in pieces[:-1]:
         assert re.fullmatch(r"\s*\S+", piece), piece
     for piece in pieces:
@@ -101,11 +105,11 @@ def test_split_deltas_are_word_pieces_with_their_leading_whitespace(text: str) -
 
 
 def test_split_deltas_examples() -> None:
-    assert R.split_deltas("The answer is 19.") == ["The", " answer", " is", " 19", "."]
-    assert R.split_deltas("  lead\n\ntrail \n") == ["  lead", "\n\ntrail \n"]
-    assert R.split_deltas(" ") == [" "]
-    assert R.split_deltas("") == []
-    assert R.split_deltas("x" * 40) == ["x" * 16, "x" * 16, "x" * 8]
+    assert split_deltas("The answer is 19.") == ["The", " answer", " is", " 19", "."]
+    assert split_deltas("  lead\n\ntrail \n") == ["  lead", "\n\ntrail \n"]
+    assert split_deltas(" ") == [" "]
+    assert split_deltas("") == []
+    assert split_deltas("x" * 40) == ["x" * 16, "x" * 16, "x" * 8]
 
 
 # --------------------------------------------------------------------------- events_for
@@ -113,8 +117,8 @@ def test_split_deltas_examples() -> None:
 
 @pytest.mark.parametrize("saved", SAVED.values(), ids=SAVED.keys())
 def test_events_for_aggregates_back_to_the_saved_response(saved: dict[str, Any]) -> None:
-    frames = R.events_for(saved)
-    got = R.aggregate(b"".join(frames))
+    frames = stream_out.events_for(saved)
+    got = stream_in.aggregate(b"".join(frames))
     assert got.response == saved
     assert got.frames == frames
     assert got.events == payloads(frames)
@@ -122,7 +126,7 @@ def test_events_for_aggregates_back_to_the_saved_response(saved: dict[str, Any])
 
 
 def test_events_for_a_text_answer() -> None:
-    events = payloads(R.events_for(TEXT))
+    events = payloads(stream_out.events_for(TEXT))
     assert [e["type"] for e in events] == [
         "response.created", "response.in_progress", "response.output_item.added",
         "response.content_part.added", *["response.output_text.delta"] * 5,
@@ -140,11 +144,11 @@ def test_events_for_a_text_answer() -> None:
 
 
 def test_events_for_reasoning_then_text_and_a_function_call() -> None:
-    types = [e["type"] for e in payloads(R.events_for(REASONING))]
+    types = [e["type"] for e in payloads(stream_out.events_for(REASONING))]
     assert types.count("response.reasoning_text.delta") == 6
     assert types.index("response.reasoning_text.done") < types.index(
         "response.output_text.delta")
-    events = payloads(R.events_for(CALL))
+    events = payloads(stream_out.events_for(CALL))
     args = [e for e in events if e["type"] == "response.function_call_arguments.delta"]
     assert len(args) > 3 and "".join(a["delta"] for a in args) == '{"expression": "12 + 7"}'
     added = events[2]["item"]
@@ -157,21 +161,21 @@ def test_saved_logprobs_stream_token_by_token() -> None:
     tokens = [{"token": t, "logprob": -0.1, "bytes": list(t.encode()), "top_logprobs": []}
               for t in ["The", " answer", " is", " 19."]]
     saved = response(message("The answer is 19.", logprobs=tokens))
-    events = payloads(R.events_for(saved))
+    events = payloads(stream_out.events_for(saved))
     deltas = [e for e in events if e["type"] == "response.output_text.delta"]
     assert [d["delta"] for d in deltas] == ["The", " answer", " is", " 19."]
     assert [d["logprobs"] for d in deltas] == [[t] for t in tokens]
-    assert R.aggregate(R.events_for(saved)).response == saved
+    assert stream_in.aggregate(stream_out.events_for(saved)).response == saved
 
 
 def test_incomplete_responses_end_like_vllm_or_like_openai() -> None:
     saved = response(reasoning("12 plus"), status="incomplete",
                      incomplete_details={"reason": "max_output_tokens"})
-    assert payloads(R.events_for(saved))[-1]["type"] == "response.completed"
-    by_status = R.events_for(saved, terminal_by_status=True)
+    assert payloads(stream_out.events_for(saved))[-1]["type"] == "response.completed"
+    by_status = stream_out.events_for(saved, terminal_by_status=True)
     assert payloads(by_status)[-1]["type"] == "response.incomplete"
-    assert R.aggregate(by_status).response == saved
-    assert payloads(R.events_for(saved))[0]["response"]["incomplete_details"] is None
+    assert stream_in.aggregate(by_status).response == saved
+    assert payloads(stream_out.events_for(saved))[0]["response"]["incomplete_details"] is None
 
 
 _texts = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40)
@@ -193,12 +197,12 @@ _items = st.one_of(
 def test_any_saved_response_survives_the_round_trip(
         output: list[dict[str, Any]], status: str, cuts: list[int], crlf: bool) -> None:
     saved = response(*output, status=status)
-    stream = b"".join(R.events_for(saved, terminal_by_status=True))
+    stream = b"".join(stream_out.events_for(saved, terminal_by_status=True))
     if crlf:
         stream = stream.replace(b"\n", b"\r\n")
     points = sorted({min(c, len(stream)) for c in cuts})
     chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
-    got = R.aggregate(chunks)
+    got = stream_in.aggregate(chunks)
     assert got.response == saved
     assert b"".join(got.frames) == stream
 
@@ -207,8 +211,8 @@ def test_any_saved_response_survives_the_round_trip(
 
 
 def test_aggregate_says_done_at_the_terminal_event_and_tolerates_done_marker() -> None:
-    frames = R.events_for(TEXT)
-    agg = R.ResponsesStreamAggregator()
+    frames = stream_out.events_for(TEXT)
+    agg = stream_in.ResponsesStreamAggregator()
     assert not agg.feed(b"".join(frames[:-1]))
     assert agg.feed(frames[-1] + b"data: [DONE]\n\n")
     agg.finish()
@@ -217,24 +221,24 @@ def test_aggregate_says_done_at_the_terminal_event_and_tolerates_done_marker() -
 
 
 def test_a_completed_event_without_output_takes_the_done_items() -> None:
-    events = payloads(R.events_for(REASONING))
+    events = payloads(stream_out.events_for(REASONING))
     events[-1]["response"] = {k: v for k, v in REASONING.items() if k != "output"}
-    assert R.aggregate(b"".join(map(R.frame, events))).response == REASONING
+    assert stream_in.aggregate(b"".join(map(stream_out.frame, events))).response == REASONING
 
 
 def test_vllm_streams_items_under_other_ids_than_the_final_body() -> None:
-    events = payloads(R.events_for(REASONING))
+    events = payloads(stream_out.events_for(REASONING))
     for e in events[2:-1]:
         if "item_id" in e:
             e["item_id"] = "0f3a" + e["item_id"]
         if "item" in e:
             e["item"] = {**e["item"], "id": "0f3a" + e["item"]["id"]}
-    assert R.aggregate(b"".join(map(R.frame, events))).response == REASONING
+    assert stream_in.aggregate(b"".join(map(stream_out.frame, events))).response == REASONING
 
 
 @pytest.mark.parametrize("where", ["delta", "done item", "final"])
 def test_deltas_that_disagree_with_the_final_response_are_refused(where: str) -> None:
-    events = payloads(R.events_for(REASONING))
+    events = payloads(stream_out.events_for(REASONING))
     if where == "delta":
         next(e for e in events if e["type"] == "response.output_text.delta")["delta"] = "A"
     elif where == "done item":
@@ -242,24 +246,24 @@ def test_deltas_that_disagree_with_the_final_response_are_refused(where: str) ->
         done["item"] = message("The answer is 20.", "msg_2")
     else:
         events[-1]["response"] = response(REASONING["output"][0], message("Other.", "msg_2"))
-    stream = b"".join(map(R.frame, events))
-    with pytest.raises(R.ResponsesStreamError, match="does not match"):
-        R.aggregate(stream)
-    assert R.aggregate(stream, check=False).response == events[-1]["response"]
+    stream = b"".join(map(stream_out.frame, events))
+    with pytest.raises(StreamError, match="does not match"):
+        stream_in.aggregate(stream)
+    assert stream_in.aggregate(stream, check=False).response == events[-1]["response"]
 
 
 @pytest.mark.parametrize("tail, reason", [
     (b'event: error\ndata: {"type":"error","sequence_number":3,"code":"server_error",'
      b'"message":"boom","param":null}\n\n', "carried an error"),
-    (R.frame({"type": "response.failed", "sequence_number": 3, "response": response(
+    (stream_out.frame({"type": "response.failed", "sequence_number": 3, "response": response(
         status="failed", error={"code": "server_error", "message": "boom"})}), "boom"),
     (b"", "ended before"),
     (b"data: {not json}\n\n", "not JSON"),
 ])
 def test_streams_that_are_no_answer_are_refused(tail: bytes, reason: str) -> None:
-    stream = b"".join(R.events_for(TEXT)[:3]) + tail
-    with pytest.raises(R.ResponsesStreamError, match=reason):
-        R.aggregate(stream)
+    stream = b"".join(stream_out.events_for(TEXT)[:3]) + tail
+    with pytest.raises(StreamError, match=reason):
+        stream_in.aggregate(stream)
 
 
 # --------------------------------------------------------------------------- the fake upstream
@@ -303,12 +307,12 @@ def test_fake_upstream_streams_aggregate_to_its_plain_answer(
     with httpx.stream("POST", url + "/responses", json={**body, "stream": True}) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
         chunks.extend(r.iter_raw())
-    got = R.aggregate(chunks)
+    got = stream_in.aggregate(chunks)
     assert without_ids(got.response) == without_ids(plain)
     assert got.events[-1]["type"] == "response.completed"
     assert [e["sequence_number"] for e in got.events] == list(range(len(got.events)))
     # and a replay of the plain answer is the same stream, ids and delta cuts aside
-    replayed = R.aggregate(R.events_for(plain))
+    replayed = stream_in.aggregate(stream_out.events_for(plain))
     assert replayed.response == plain
     assert ([e["type"] for e in replayed.events if not e["type"].endswith(".delta")]
             == [e["type"] for e in got.events if not e["type"].endswith(".delta")])
@@ -365,7 +369,7 @@ def saved_app(saved: dict[str, Any]) -> Starlette:
     async def create(request: Request) -> Response:
         body = await request.json()
         if body.get("stream"):
-            frames = R.events_for(saved)
+            frames = stream_out.events_for(saved)
 
             async def gen() -> Any:
                 for f in frames:
@@ -416,7 +420,7 @@ USER = "What is 2 + 2?"
 
 def key(**request: Any) -> bytes:
     request.setdefault("input", USER)
-    return keys.key_of(R.keyed_input(request))
+    return keys.key_of(keyed_input(request))
 
 
 BASE = key()
@@ -506,30 +510,30 @@ def test_previous_response_id_is_keyed_by_the_conversation_it_names() -> None:
     answer_b = response(call('{"expression": "2 + 2"}', "fc_b"), rid="resp_b")
     follow = {"input": [{"type": "function_call_output", "call_id": "call_1", "output": "4"}],
               "tools": [CALCULATOR]}
-    with pytest.raises(R.NeedsPrevious):
-        R.keyed_input({**follow, "previous_response_id": "resp_a"})
-    prev_a = R.previous_of(R.keyed_input(first), answer_a)
-    prev_b = R.previous_of(R.keyed_input(first), answer_b)
-    key_a = keys.key_of(R.keyed_input({**follow, "previous_response_id": "resp_a"}, prev_a))
-    key_b = keys.key_of(R.keyed_input({**follow, "previous_response_id": "resp_b"}, prev_b))
+    with pytest.raises(responses.NeedsPrevious):
+        keyed_input({**follow, "previous_response_id": "resp_a"})
+    prev_a = responses.previous_of(keyed_input(first), answer_a)
+    prev_b = responses.previous_of(keyed_input(first), answer_b)
+    key_a = keys.key_of(keyed_input({**follow, "previous_response_id": "resp_a"}, prev_a))
+    key_b = keys.key_of(keyed_input({**follow, "previous_response_id": "resp_b"}, prev_b))
     assert key_a == key_b, "the same conversation, whatever the ids"
-    other = R.previous_of(R.keyed_input({**first, "instructions": "Be brief."}), answer_a)
-    assert keys.key_of(R.keyed_input({**follow, "previous_response_id": "x"}, other)) != key_a
-    assert keys.key_of(R.keyed_input(follow)) != key_a
+    other = responses.previous_of(keyed_input({**first, "instructions": "Be brief."}), answer_a)
+    assert keys.key_of(keyed_input({**follow, "previous_response_id": "x"}, other)) != key_a
+    assert keys.key_of(keyed_input(follow)) != key_a
 
 
 def test_every_request_field_of_the_openai_client_is_classified() -> None:
-    known = set(R.FIELDS_BY_NAME)
+    known = set(fields.TABLE.by_name)
     assert set(ResponseCreateParamsBase.__annotations__) | {"stream"} <= known
-    assert {f.role for f in R.FIELDS} == {keys.KEY, keys.STRICT, keys.IGNORED}
-    assert all(f.reason for f in R.FIELDS)
+    assert {f.role for f in fields.FIELDS} == {keys.KEY, keys.STRICT, keys.IGNORED}
+    assert all(f.reason for f in fields.FIELDS)
 
 
 def test_sampling_params_are_what_strict_mode_compares() -> None:
     request = {"input": USER, "temperature": 1.0, "max_output_tokens": 5, "store": True,
                "tools": [], "top_p": None, "include": ["message.output_text.logprobs"],
                "frobnicate": 3}
-    assert R.sampling_params({"input": USER, "include": []}) == {}
-    assert R.sampling_params(request) == {"temperature": 1, "max_output_tokens": 5,
+    assert fields.TABLE.sampling_params({"input": USER, "include": []}) == {}
+    assert fields.TABLE.sampling_params(request) == {"temperature": 1, "max_output_tokens": 5,
                                           "include": ["message.output_text.logprobs"],
                                           "frobnicate": 3}

@@ -1,4 +1,4 @@
-"""Saved generations -> response bodies and SSE chunks. Pure functions, no HTTP.
+"""Saved generations -> a chat or completions response body. Pure functions, no HTTP.
 
 The common case (one saved exchange answers the whole request) is the saved body, byte for
 byte. Otherwise the body is assembled from the saved exchanges: the first one's envelope
@@ -13,36 +13,17 @@ byte. Otherwise the body is assembled from the saved exchanges: the first one's 
   batch (the same prompts, in the same order, from one recorded exchange); else the
   parts' counts summed, when every part has them; else null.
 
-Streams are made in `streams.py`.
+Streams are made in `stream_out.py`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import orjson
 
-
-class Saved(Protocol):
-    """A saved exchange, as reply bodies and streams read it (`index.Exchange` is one)."""
-
-    @property
-    def body(self) -> bytes: ...  # the saved response body, byte for byte
-
-    @property
-    def frames(self) -> bytes | None: ...  # a recorded stream's frames, as sent
-
-    # (start, size, whether the recorded stream carries a usage chunk), or None
-    stream: tuple[int, int, bool] | None
-    sample_usage: tuple[dict[str, Any] | None, ...] | None  # each choice's own usage
-    batch: dict[str, Any] | None  # the batched completion it was saved from
-
-
-S = TypeVar("S", bound=Saved)
-Selection = Sequence[tuple[S, int | None]]
-"""The saved exchanges (and choices) that answer one prompt, in order; a choice of None
-stands for the whole exchange."""
+from ..selection import Saved, Selection, whole
 
 _COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
@@ -122,6 +103,5 @@ def body(selections: Sequence[Selection[Saved]]) -> dict[str, Any]:
 
 def encode(selections: Sequence[Selection[Saved]]) -> bytes:
     """Body bytes: the saved bytes themselves when one whole exchange answers."""
-    if len(selections) == 1 and len(selections[0]) == 1 and selections[0][0][1] is None:
-        return selections[0][0][0].body
-    return orjson.dumps(body(selections))
+    exchange = whole(selections)
+    return exchange.body if exchange is not None else orjson.dumps(body(selections))

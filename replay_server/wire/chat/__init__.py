@@ -1,0 +1,26 @@
+"""The OpenAI chat completions API (`POST /v1/chat/completions`), as vLLM serves it."""
+
+from ...paths import CHAT_PATH
+from ..choices import reply
+from ..choices.request import options
+from ..choices.stream_in import aggregate, carries_usage
+from ..family import Family
+from . import request, stream_in
+from .fields import KIND, TABLE
+from .stream_out import STREAM
+
+FAMILY = Family(
+    name="chat", kind=KIND, path=CHAT_PATH, table=TABLE, prompt_field="messages",
+    check=request.check, prompts=request.prompts, options=options, reply=reply.encode,
+    stream=STREAM.stream, aggregator=stream_in.aggregator,
+    aggregate=lambda stream: aggregate(stream_in.aggregator(), stream),
+    carries_usage=carries_usage,
+    schema=TABLE.schema("messages", {
+        "n": {"minimum": 1},
+        "stream_options": {"properties": {"include_usage": {"type": "boolean"}}},
+        "messages": {"minItems": 1, "items": {
+            "type": "object", "required": ["role"], "properties": {"role": {"type": "string"}}}},
+    }),
+    client_line=("import json, sys; from openai import OpenAI; r = OpenAI().chat.completions"
+                 ".create(**json.loads(sys.argv[1])); print(r.choices[0].message.content)"),
+)

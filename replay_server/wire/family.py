@@ -1,0 +1,156 @@
+"""An API family (OpenAI chat, completions, Responses; Anthropic Messages next): the one
+object through which the rest of the server reads, keys, answers and records one wire API.
+
+Each family is one package of the same shape (`fields.py` its field table and its own
+normal forms, `request.py` its request checks and keyed prompts, `stream_out.py` its
+streams out, `stream_in.py` its streams in) whose `__init__` makes its `Family`; the
+registry (`families.py`) maps endpoint paths to them. Nothing outside `wire` asks which
+family a request is for: it asks the family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from ..errors import BadRequest, ReplayServerError
+from .json_types import type_name
+from .keys import Table, Unkeyable, key_of, unverbatim
+from .selection import Saved, Selection
+
+Prompts = Callable[[dict[str, Any], dict[str, Any] | None], list[dict[str, Any]] | None]
+
+
+class Aggregator(Protocol):
+    """A stream in, fed as it arrives: `feed` says True once the stream's end has arrived;
+    `result` is the body the same server would have answered non-streamed (`ended`: the
+    stream's body has ended cleanly without its end marker, which some APIs accept). Both
+    raise StreamError, and only that, for a stream that is no answer."""
+
+    def feed(self, data: bytes) -> bool: ...
+
+    def result(self, ended: bool = False) -> dict[str, Any]: ...
+
+
+def _no_options(data: dict[str, Any]) -> tuple[int, bool]:
+    return 1, False
+
+
+def _no_usage(frames: list[str]) -> bool:
+    return False
+
+
+def _no_previous(request: dict[str, Any]) -> str | None:
+    return None
+
+
+def _openai_error(error: ReplayServerError) -> dict[str, Any]:
+    return error.body()
+
+
+@dataclass(frozen=True)
+class Family:
+    """One wire API, as the rest of the server uses it.
+
+    `name` is its package's; `kind` names it in keys, catalogs and the index file; `path`
+    is its endpoint; `prompt_field` the request field a miss names. `check` raises
+    BadRequest for a request the family cannot answer (beyond the table's type check);
+    `prompts` gives the keyed prompts of a request or a saved record (None for a prompt of
+    no valid form); `options` reads `n` and `stream_options.include_usage`. `reply` and
+    `stream` make the answer from the saved exchanges chosen; `aggregator` reads a stream
+    as it arrives, and `aggregate` a whole one (a recorded stream is served only if it
+    aggregates to its saved body); `carries_usage` says whether recorded frames carried
+    the usage chunk; `error_body` is its error envelope (the OpenAI one unless the API has
+    its own).
+
+    A *chained* family keys a request by the saved turn it continues (`previous_id`, then
+    `previous_of` that turn's keyed prompt and response), so its requests are keyed once
+    the model is known. A *batched* one takes several prompts in one request.
+    """
+
+    name: str
+    kind: str
+    path: str
+    table: Table
+    prompt_field: str
+    check: Callable[[dict[str, Any]], None]
+    prompts: Prompts
+    reply: Callable[[Sequence[Selection[Saved]]], bytes]
+    stream: Callable[[Sequence[Selection[Saved]], bool], bytes]
+    aggregator: Callable[[], Aggregator]
+    aggregate: Callable[[bytes], dict[str, Any]]
+    schema: dict[str, Any]
+    options: Callable[[dict[str, Any]], tuple[int, bool]] = _no_options
+    carries_usage: Callable[[list[str]], bool] = _no_usage
+    chained: bool = False
+    previous_id: Callable[[dict[str, Any]], str | None] = _no_previous
+    previous_of: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
+    batched: bool = False
+    error_body: Callable[[ReplayServerError], dict[str, Any]] = _openai_error
+    client_line: str | None = None
+    """A one-line openai-python call that prints the answer to the JSON body in argv[1]
+    (the start-up snippet), if the family has one."""
+
+    def parse(self, body: bytes) -> ReplayRequest:
+        """A checked replay request from raw body bytes, or BadRequest naming the field."""
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            if not body.strip():
+                raise BadRequest("the request body is empty: send a JSON object") from None
+            raise BadRequest(f"the request body is not valid JSON: {e}") from None
+        if data.__class__ is not dict:
+            raise BadRequest(f"the request body must be a JSON object, got {type_name(data)}")
+        self.table.check(data)
+        self.check(data)
+        n, include_usage = self.options(data)
+        request = ReplayRequest(self, data.get("model"), n, data.get("stream") is True,
+                                include_usage, [], [], data)
+        if not self.chained:  # (a chained family's is keyed once the model is known)
+            request.key(None)
+        return request
+
+    def example_request(self, prompt: dict[str, Any]) -> dict[str, Any]:
+        """A request body that a keyed prompt is the key of (the start-up snippet)."""
+        return {k: unverbatim(v) for k, v in prompt.items() if k in self.table.by_name}
+
+
+@dataclass(slots=True)
+class ReplayRequest:
+    """A checked request of one family: what selects the saved run (`model`) and samples
+    (`n`), how the answer goes out (`stream`, `include_usage`), its keyed prompts and
+    their keys (one each, or one per prompt of a batch), and the request as sent."""
+
+    family: Family
+    model: str | None
+    n: int
+    stream: bool
+    include_usage: bool
+    prompts: list[dict[str, Any]]
+    keys: list[bytes]
+    data: dict[str, Any]
+
+    @property
+    def endpoint(self) -> str:
+        return self.family.path
+
+    def key(self, previous: dict[str, Any] | None) -> None:
+        """Set the keyed prompts and their keys (a chained family's once `previous`, what
+        its earlier turn holds, is known: `Family.previous_of`)."""
+        try:
+            prompts = self.family.prompts(self.data, previous)
+            assert prompts is not None, "the family's check passes only prompts of a form"
+            self.keys = [key_of(p) for p in prompts]
+        except Unkeyable as e:
+            raise self.family.table.too_deep(e) from None
+        self.prompts = prompts
+
+    def params(self) -> bytes:
+        """The sampling parameters, canonical (only strict mode needs them)."""
+        try:
+            return self.family.table.params(self.data)
+        except Unkeyable as e:
+            raise self.family.table.too_deep(e) from None
