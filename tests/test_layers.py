@@ -27,7 +27,6 @@ INTERNAL = ("uvicorn.protocols", "uvicorn.supervisors", "uvicorn.lifespan", "uvi
             "starlette._", "fastapi._")
 QUARANTINE = {
     "web.listen",  # uvicorn's HTTP protocol, for the slow-client cut-off
-    "web.workers",  # uvicorn's supervisor: to go (issue 21: workers on uvicorn's public API)
 }
 
 
