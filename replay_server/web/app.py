@@ -3,14 +3,11 @@
 The three replay endpoints (chat, completions, responses) are the hot path. They are plain
 ASGI apps (`ReplayEndpoint`) that `ReplayApp` calls first, ahead of FastAPI's middleware,
 routing, dependency and response machinery, which costs several times the replay work
-itself; under uvicorn, `listen.SlowClientProtocol` answers them straight from the HTTP
-parser, without the ASGI cycle (the ASGI path stays whole: any other server, and every
-request the protocol does not take, goes through it). They are also mounted as routes
-(so a GET on them is a 405, not a 404) and documented in the OpenAPI schema. Everything
-else is ordinary FastAPI, in `routes.py`. Every error, whichever layer raises it, leaves
-as the OpenAI envelope with `x-should-retry: false`, and every error sent for a POST or a
-/v1 route is counted (`Stats`), so that `run` fails on it even when the harness swallows
-it.
+itself. They are also mounted as routes (so a GET on them is a 405, not a 404) and
+documented in the OpenAPI schema. Everything else is ordinary FastAPI, in `routes.py`.
+Every error, whichever layer raises it, leaves as the OpenAI envelope with
+`x-should-retry: false`, and every error sent for a POST or a /v1 route is counted
+(`Stats`), so that `run` fails on it even when the harness swallows it.
 """
 
 from __future__ import annotations
@@ -46,10 +43,6 @@ async def send_error(send: Send, error: ReplayServerError) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
-"""What an endpoint answers: status, headers and body (uvicorn adds `date` and `server`)."""
-
-
 def internal_error(exc: BaseException) -> ReplayServerError:
     log.exception("internal error", exc_info=exc)
     return ReplayServerError(f"internal error in replay-server: {type(exc).__name__}; "
@@ -57,13 +50,14 @@ def internal_error(exc: BaseException) -> ReplayServerError:
 
 
 class ReplayEndpoint:
-    """POST /v1/chat/completions, /v1/completions or /v1/responses.
+    """POST /v1/chat/completions, /v1/completions or /v1/responses, as a plain ASGI app
+    (`ReplayApp` calls it first; any ASGI server can serve it).
 
-    The replay work is synchronous, in two steps that both ways of serving share: `start`
-    (the headers in: the request counted, and the answer if they alone decide it) and
-    `finish` (the whole body in, the answer out). `__call__` runs them as a plain ASGI app
-    (`ReplayApp` calls it first; any ASGI server can serve it); `listen.SlowClientProtocol`
-    runs them straight from uvicorn's HTTP parser."""
+    Its answer is known whole at once (a stream's frames are all saved), so it leaves in
+    one start and one body message. The headers alone can decide it (a missing or wrong
+    API key, a Content-Length over --max-body-size); else the body, received whole (a
+    client too slow to send it is cut off by `guarded.GuardedProtocol`, one that leaves
+    gets nothing), goes to the Replayer."""
 
     def __init__(self, replayer: Replayer, endpoint: str, max_body: int,
                  api_key: bytes | None = None) -> None:
@@ -73,57 +67,34 @@ class ReplayEndpoint:
         self.api_key = api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        answer = self.start(scope["headers"])
-        if answer is None:
-            try:
-                # a client too slow to send it is cut off by listen.SlowClientProtocol
-                message: Message = await receive()
-                if message["type"] != "http.request" or message.get("more_body", False):
-                    body = await self._rest(receive, message)
-                    if body is None:
-                        return
-                else:  # the whole body in one message, as usual
-                    body = message.get("body", b"")
-            except ReplayServerError as error:  # the body is too large
-                answer = self.failed(error)
-            except Exception as exc:
-                answer = self.failed(internal_error(exc))
-            else:
-                answer = self.finish(body)
-        status, headers, body = answer
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-    def start(self, headers: list[tuple[bytes, bytes]]) -> Answer | None:
-        """Count the request; its answer if the headers decide it (a missing or wrong API
-        key, a Content-Length over --max-body-size), else None: `finish` the body."""
         self.replayer.stats.requests += 1
-        if self.api_key is not None and not authorized(headers, self.api_key):
-            return self.failed(unauthorized())
         try:
-            self._check_length(headers)
-        except PayloadTooLarge as error:
-            return self.failed(error)
+            if self.api_key is not None and not authorized(scope["headers"], self.api_key):
+                raise self._counted(unauthorized())
+            self._check_length(scope["headers"])
+            message: Message = await receive()
+            if message["type"] != "http.request" or message.get("more_body", False):
+                body = await self._rest(receive, message)
+                if body is None:
+                    return
+            else:  # the whole body in one message, as usual
+                body = message.get("body", b"")
+            if len(body) > self.max_body:
+                raise self._counted(self.too_large(len(body)))
+            reply = self.replayer.handle(self.endpoint, body)  # counts what it raises
         except ReplayServerError as error:
-            return errors.render(error)
-        return None
-
-    def finish(self, body: bytes) -> Answer:
-        """The answer to a whole request body: the reply, or the error (counted)."""
-        if len(body) > self.max_body:
-            return self.failed(self.too_large(len(body)))
-        try:
-            reply = self.replayer.handle(self.endpoint, body)
-        except ReplayServerError as error:  # handle() counts the errors it raises
-            return errors.render(error)
+            status, headers, data = errors.render(error)
         except Exception as exc:
-            return self.failed(internal_error(exc))
-        return 200, reply.headers, reply.body
+            status, headers, data = errors.render(self._counted(internal_error(exc)))
+        else:
+            status, headers, data = 200, reply.headers, reply.body
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
 
-    def failed(self, error: ReplayServerError) -> Answer:
-        """An error that `handle` did not count, counted and rendered."""
+    def _counted(self, error: ReplayServerError) -> ReplayServerError:
+        """An error that `handle` does not count, counted."""
         self.replayer.count(None, self.endpoint, error)
-        return errors.render(error)
+        return error
 
     def _check_length(self, headers: list[tuple[bytes, bytes]]) -> None:
         for name, value in headers:
@@ -131,9 +102,10 @@ class ReplayEndpoint:
                 try:
                     size = int(value)
                 except ValueError:
-                    raise BadRequest("the Content-Length header is not a number") from None
+                    raise self._counted(BadRequest(
+                        "the Content-Length header is not a number")) from None
                 if size > self.max_body:
-                    raise self.too_large(size)
+                    raise self._counted(self.too_large(size))
 
     async def _rest(self, receive: Receive, message: Message) -> bytes | None:
         """The body that begins with `message`, received whole; None if the client left."""
@@ -145,7 +117,7 @@ class ReplayEndpoint:
             chunk = message.get("body", b"")
             total += len(chunk)
             if total > self.max_body:
-                raise self.too_large(total)
+                raise self._counted(self.too_large(total))
             parts.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(parts)
