@@ -8,6 +8,7 @@ here (`Config`, `Server`); the protocol is the one quarantined use of its intern
 
 from __future__ import annotations
 
+import errno
 import signal
 import socket
 import threading
@@ -25,14 +26,31 @@ from .guarded import GuardedProtocol
 def bind(host: str, port: int) -> tuple[socket.socket, str]:
     """A listening socket (port 0 picks a free one) and the /v1 base URL it serves."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        error = OSError(_cannot_listen(host, port, e))
+        error.errno = e.errno
+        raise error from None
     bound_host, bound_port = sock.getsockname()[:2]
     # bound to every address: show the one a client on this machine can use
     shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(bound_host, bound_host)
     shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
     return sock, f"http://{shown}:{bound_port}/v1"
+
+
+def _cannot_listen(host: str, port: int, error: OSError) -> str:
+    """What a user needs when a port cannot be had: which address, why, what to do (a
+    bare "[Errno 98] Address already in use" names neither the port nor the flag)."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    why = "the port is in use (another server?)" if error.errno == errno.EADDRINUSE \
+        else (error.strerror or str(error))
+    return (f"cannot listen on {where}: {why}; choose another port with --port PORT "
+            "(serve and run also read REPLAY_SERVER_PORT; `make serve PORT=PORT`), or "
+            "--port 0 for any free one")
 
 
 def uvicorn_config(app: Any, log_level: str, access_log: bool,

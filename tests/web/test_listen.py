@@ -1,0 +1,47 @@
+"""listen: the socket a server binds, and what a user reads when it cannot."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+
+import pytest
+
+from replay_server.web import listen
+from tests.support import CLI, ROOT
+
+
+@pytest.fixture
+def busy() -> socket.socket:
+    """A port another program listens on."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
+def test_a_busy_port_names_the_address_and_how_to_choose_another(busy: socket.socket
+                                                                  ) -> None:
+    port = busy.getsockname()[1]
+    with busy, pytest.raises(OSError) as e:
+        listen.bind("127.0.0.1", port)
+    message = str(e.value)
+    assert f"127.0.0.1:{port}" in message and "in use" in message
+    for way in ("--port", "REPLAY_SERVER_PORT", "make serve PORT="):
+        assert way in message
+
+
+def test_serve_on_a_busy_port_says_so(busy: socket.socket) -> None:
+    port = busy.getsockname()[1]
+    with busy:
+        result = subprocess.run([*CLI, "serve", "examples/", "--port", str(port)],
+                                capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.returncode == 2
+    assert f"127.0.0.1:{port}" in result.stderr and "--port" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_free_port_is_bound_and_shown_as_a_client_reaches_it() -> None:
+    sock, url = listen.bind("0.0.0.0", 0)
+    with sock:
+        assert url == f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
