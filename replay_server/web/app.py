@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import hmac
 import logging
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
@@ -31,8 +29,8 @@ from ..index.samples import Rules
 from ..paths import ENDPOINTS
 from ..replay.replayer import Replayer
 from ..settings import Settings
-from ..wire import protocol
 from .routes import router
+from .schema import openapi
 
 log = logging.getLogger(__name__)
 
@@ -235,31 +233,11 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return _error_response(internal_error(exc))
 
 
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    if app.openapi_schema is None:
-        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
-        for path in ENDPOINTS:
-            schema["paths"][path] = {"post": {
-                "summary": f"Replay a saved answer ({path})",
-                "requestBody": {"required": True, "content": {
-                    "application/json": {"schema": protocol.SCHEMAS[path]}}},
-                "responses": {
-                    "200": {"description": "The saved response, as the original server sent it"},
-                    "400": {"description": "Malformed request, or a replay error (no match, "
-                                           "ambiguous, n mismatch, exhausted, unusable, "
-                                           "params mismatch): the OpenAI error envelope, "
-                                           "`error.code` says which"},
-                    "404": {"description": "Unknown model"},
-                    "413": {"description": "Request body too large"},
-                }}}
-        app.openapi_schema = schema
-    return app.openapi_schema
-
-
 def create_app(settings: Settings, index: Index) -> FastAPI:
     """The whole server for one loaded index."""
     replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous))
-    app = ReplayApp(title="replay-server", version=__version__,
+    # no /docs nor /redoc: FastAPI's pages load their scripts from a CDN, blank offline
+    app = ReplayApp(title="replay-server", version=__version__, docs_url=None, redoc_url=None,
                     description="Replays saved LLM generations over the OpenAI API.")
     app.state.replayer = replayer
     app.state.settings = settings
@@ -276,5 +254,5 @@ def create_app(settings: Settings, index: Index) -> FastAPI:
     app.add_exception_handler(ReplayServerError, _replay_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(Exception, _unexpected)
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: openapi(app, api_key is not None)  # type: ignore[method-assign]
     return app
