@@ -13,17 +13,16 @@ holes a client can use:
   the whole request is in before the app looks.
 
 `GuardedProtocol` extends uvicorn's internal `HttpToolsProtocol` (four parser callbacks;
-its `headers`, `loop`, `transport`), and sends a response's head with its body, which
-uvicorn writes apart (`OneSend`). It is the one module allowed a dependency's internals
-(tests/test_layers.py) and stays short (a test says so), so that a new uvicorn has one
-small place to be checked against. The base class's methods are called directly, not
-through `super()`: this is on every request.
+its `headers`, `loop`, `transport`). It is the one module allowed a dependency's
+internals (tests/test_layers.py) and stays short (a test says so), so that a new uvicorn
+has one small place to be checked against; everything else about HTTP is uvicorn's. The
+base class's methods are called directly, not through `super()`: this is on every
+request.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
 
@@ -47,7 +46,7 @@ class GuardedProtocol(Base):
     _deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        Base.connection_made(self, OneSend(transport, self.loop))  # type: ignore[arg-type]
+        Base.connection_made(self, transport)
         self._begin()
 
     def data_received(self, data: bytes) -> None:
@@ -90,58 +89,3 @@ class GuardedProtocol(Base):
         elif not self.transport.is_closing():
             self.transport.close()
 
-
-class OneSend:
-    """A connection's transport, but a response's head waits for the write that follows
-    (its body, as a rule) and leaves with it, in one send rather than two: each send is a
-    system call, a packet and a wake-up of the client. A head that nothing follows in the
-    current step of the event loop (a stream whose first event is not ready, an answer to
-    HEAD) leaves at its end: the same bytes in the same order, and nothing waits."""
-
-    __slots__ = ("_transport", "_loop", "_held")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._held: bytes | None = None
-
-    def write(self, data: bytes) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            if len(data) > 65536:  # a big body is not copied to join it
-                self._transport.write(held)
-            else:
-                data = held + data
-        elif data.endswith(b"\r\n\r\n") and data.startswith(b"HTTP/"):
-            self._held = data
-            self._loop.call_soon(self.flush)
-            return
-        self._transport.write(data)
-
-    def flush(self) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            self._transport.write(held)
-
-    def writelines(self, data: Any) -> None:
-        self.write(b"".join(data))
-
-    def write_eof(self) -> None:
-        self.flush()
-        self._transport.write_eof()
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def abort(self) -> None:
-        self._held = None
-        self._transport.abort()
-
-    def is_closing(self) -> bool:  # asked on every request: not through __getattr__
-        return self._transport.is_closing()
-
-    def __getattr__(self, name: str) -> Any:  # everything else is the transport's
-        return getattr(self._transport, name)
