@@ -52,13 +52,13 @@ class Settings:
         DEFAULT_MAX_BODY, "Largest request body accepted, in bytes; larger ones get 413.")
     read_timeout: float = _setting(
         DEFAULT_READ_TIMEOUT, "Seconds a client has to send a whole request (headers and "
-        "body); a slower one is disconnected, so that trickling clients cannot hold "
-        "connections forever.")
+        "body) from its first byte; a slower one is disconnected, so that trickling "
+        "clients cannot hold connections forever.")
     workers: int = _setting(
         1, "Worker processes. More than 1 needs an index file (`replay-server index`), "
         "which the workers share.")
     access_log: bool = _setting(False, "Log every request (uvicorn's access log; it costs "
-                                "throughput: replay requests then go through the ASGI app).")
+                                "throughput).")
     log_level: str = _setting("info", "Log level: debug, info, warning or error.",
                               choices=("debug", "info", "warning", "error"))
 

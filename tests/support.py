@@ -146,7 +146,7 @@ def on_free_port(config: uvicorn.Config) -> Iterator[int]:
 @contextmanager
 def running(app: Any) -> Iterator[str]:
     """A real uvicorn serving `app` on a free 127.0.0.1 port; yields the /v1 base URL."""
-    # as serve runs it: the slow-client cut-off, one send per answer, the direct answers
+    # as serve runs it: guarded (the read timeout, trailers kept out of the headers)
     with on_free_port(listen.uvicorn_config(app, "warning", access_log=False)) as port:
         yield f"http://127.0.0.1:{port}/v1"
 

@@ -3,25 +3,20 @@
 The three replay endpoints (chat, completions, responses) are the hot path. They are plain
 ASGI apps (`ReplayEndpoint`) that `ReplayApp` calls first, ahead of FastAPI's middleware,
 routing, dependency and response machinery, which costs several times the replay work
-itself; under uvicorn, `listen.SlowClientProtocol` answers them straight from the HTTP
-parser, without the ASGI cycle (the ASGI path stays whole: any other server, and every
-request the protocol does not take, goes through it). They are also mounted as routes
-(so a GET on them is a 405, not a 404) and documented in the OpenAPI schema. Everything
-else is ordinary FastAPI, in `routes.py`. Every error, whichever layer raises it, leaves
-as the OpenAI envelope with `x-should-retry: false`, and every error sent for a POST or a
-/v1 route is counted (`Stats`), so that `run` fails on it even when the harness swallows
-it.
+itself. They are also mounted as routes (so a GET on them is a 405, not a 404) and
+documented in the OpenAPI schema. Everything else is ordinary FastAPI, in `routes.py`.
+Every error, whichever layer raises it, leaves as the OpenAI envelope with
+`x-should-retry: false`, and every error sent for a POST or a /v1 route is counted
+(`Stats`), so that `run` fails on it even when the harness swallows it.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
@@ -36,6 +31,7 @@ from ..replay.replayer import Replayer
 from ..settings import Settings
 from ..wire.families import family_of
 from .routes import router
+from .schema import openapi
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +42,6 @@ async def send_error(send: Send, error: ReplayServerError) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
-"""What an endpoint answers: status, headers and body (uvicorn adds `date` and `server`)."""
-
-
 def internal_error(exc: BaseException) -> ReplayServerError:
     log.exception("internal error", exc_info=exc)
     return ReplayServerError(f"internal error in replay-server: {type(exc).__name__}; "
@@ -57,13 +49,14 @@ def internal_error(exc: BaseException) -> ReplayServerError:
 
 
 class ReplayEndpoint:
-    """POST /v1/chat/completions, /v1/completions or /v1/responses.
+    """POST /v1/chat/completions, /v1/completions or /v1/responses, as a plain ASGI app
+    (`ReplayApp` calls it first; any ASGI server can serve it).
 
-    The replay work is synchronous, in two steps that both ways of serving share: `start`
-    (the headers in: the request counted, and the answer if they alone decide it) and
-    `finish` (the whole body in, the answer out). `__call__` runs them as a plain ASGI app
-    (`ReplayApp` calls it first; any ASGI server can serve it); `listen.SlowClientProtocol`
-    runs them straight from uvicorn's HTTP parser."""
+    Its answer is known whole at once (a stream's frames are all saved), so it leaves in
+    one start and one body message. The headers alone can decide it (a missing or wrong
+    API key, a Content-Length over --max-body-size); else the body, received whole (a
+    client too slow to send it is cut off by `guarded.GuardedProtocol`, one that leaves
+    gets nothing), goes to the Replayer."""
 
     def __init__(self, replayer: Replayer, endpoint: str, max_body: int,
                  api_key: bytes | None = None) -> None:
@@ -74,57 +67,34 @@ class ReplayEndpoint:
         self.api_key = api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        answer = self.start(scope["headers"])
-        if answer is None:
-            try:
-                # a client too slow to send it is cut off by listen.SlowClientProtocol
-                message: Message = await receive()
-                if message["type"] != "http.request" or message.get("more_body", False):
-                    body = await self._rest(receive, message)
-                    if body is None:
-                        return
-                else:  # the whole body in one message, as usual
-                    body = message.get("body", b"")
-            except ReplayServerError as error:  # the body is too large
-                answer = self.failed(error)
-            except Exception as exc:
-                answer = self.failed(internal_error(exc))
-            else:
-                answer = self.finish(body)
-        status, headers, body = answer
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-    def start(self, headers: list[tuple[bytes, bytes]]) -> Answer | None:
-        """Count the request; its answer if the headers decide it (a missing or wrong API
-        key, a Content-Length over --max-body-size), else None: `finish` the body."""
         self.replayer.stats.requests += 1
-        if self.api_key is not None and not authorized(headers, self.api_key):
-            return self.failed(unauthorized())
         try:
-            self._check_length(headers)
-        except PayloadTooLarge as error:
-            return self.failed(error)
+            if self.api_key is not None and not authorized(scope["headers"], self.api_key):
+                raise self._counted(unauthorized())
+            self._check_length(scope["headers"])
+            message: Message = await receive()
+            if message["type"] != "http.request" or message.get("more_body", False):
+                body = await self._rest(receive, message)
+                if body is None:
+                    return
+            else:  # the whole body in one message, as usual
+                body = message.get("body", b"")
+            if len(body) > self.max_body:
+                raise self._counted(self.too_large(len(body)))
+            reply = self.replayer.handle(self.endpoint, body)  # counts what it raises
         except ReplayServerError as error:
-            return errors.render(error, self.envelope)
-        return None
-
-    def finish(self, body: bytes) -> Answer:
-        """The answer to a whole request body: the reply, or the error (counted)."""
-        if len(body) > self.max_body:
-            return self.failed(self.too_large(len(body)))
-        try:
-            reply = self.replayer.handle(self.endpoint, body)
-        except ReplayServerError as error:  # handle() counts the errors it raises
-            return errors.render(error, self.envelope)
+            status, headers, data = errors.render(error, self.envelope)
         except Exception as exc:
-            return self.failed(internal_error(exc))
-        return 200, reply.headers, reply.body
+            status, headers, data = errors.render(self._counted(internal_error(exc)), self.envelope)
+        else:
+            status, headers, data = 200, reply.headers, reply.body
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
 
-    def failed(self, error: ReplayServerError) -> Answer:
-        """An error that `handle` did not count, counted and rendered."""
+    def _counted(self, error: ReplayServerError) -> ReplayServerError:
+        """An error that `handle` does not count, counted."""
         self.replayer.count(None, self.endpoint, error)
-        return errors.render(error, self.envelope)
+        return error
 
     def _check_length(self, headers: list[tuple[bytes, bytes]]) -> None:
         for name, value in headers:
@@ -132,9 +102,10 @@ class ReplayEndpoint:
                 try:
                     size = int(value)
                 except ValueError:
-                    raise BadRequest("the Content-Length header is not a number") from None
+                    raise self._counted(BadRequest(
+                        "the Content-Length header is not a number")) from None
                 if size > self.max_body:
-                    raise self.too_large(size)
+                    raise self._counted(self.too_large(size))
 
     async def _rest(self, receive: Receive, message: Message) -> bytes | None:
         """The body that begins with `message`, received whole; None if the client left."""
@@ -146,7 +117,7 @@ class ReplayEndpoint:
             chunk = message.get("body", b"")
             total += len(chunk)
             if total > self.max_body:
-                raise self.too_large(total)
+                raise self._counted(self.too_large(total))
             parts.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(parts)
@@ -264,31 +235,11 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return _error_response(internal_error(exc))
 
 
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    if app.openapi_schema is None:
-        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
-        for path in ENDPOINTS:
-            schema["paths"][path] = {"post": {
-                "summary": f"Replay a saved answer ({path})",
-                "requestBody": {"required": True, "content": {
-                    "application/json": {"schema": family_of(path).schema}}},
-                "responses": {
-                    "200": {"description": "The saved response, as the original server sent it"},
-                    "400": {"description": "Malformed request, or a replay error (no match, "
-                                           "ambiguous, n mismatch, exhausted, unusable, "
-                                           "params mismatch): the OpenAI error envelope, "
-                                           "`error.code` says which"},
-                    "404": {"description": "Unknown model"},
-                    "413": {"description": "Request body too large"},
-                }}}
-        app.openapi_schema = schema
-    return app.openapi_schema
-
-
 def create_app(settings: Settings, index: Index) -> FastAPI:
     """The whole server for one loaded index."""
     replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous))
-    app = ReplayApp(title="replay-server", version=__version__,
+    # no /docs nor /redoc: FastAPI's pages load their scripts from a CDN, blank offline
+    app = ReplayApp(title="replay-server", version=__version__, docs_url=None, redoc_url=None,
                     description="Replays saved LLM generations over the OpenAI API.")
     app.state.replayer = replayer
     app.state.settings = settings
@@ -305,5 +256,5 @@ def create_app(settings: Settings, index: Index) -> FastAPI:
     app.add_exception_handler(ReplayServerError, _replay_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(Exception, _unexpected)
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: openapi(app, api_key is not None)  # type: ignore[method-assign]
     return app

@@ -1,7 +1,8 @@
 """The thin endpoints beside the replay hot path: health, models, saved responses by id,
 status, reset.
 
-Each one asks the Replayer and returns; no logic lives here.
+Each one asks the Replayer and returns; no logic lives here. Each declares the statuses
+it answers (`schema.py` documents every error as the OpenAI envelope).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def _json(body: bytes) -> Response:
     return Response(body, media_type="application/json")
 
 
-@router.get("/health", summary="Liveness: 200 with an empty body once the index is loaded")
+@router.get("/health", summary="Liveness: 200 with an empty body once the index is loaded",
+            response_class=Response, responses={200: {"description": "Loaded"}})
 async def health() -> Response:
     return Response(status_code=200)
 
@@ -36,7 +38,10 @@ async def models(request: Request) -> Response:
 
 
 @router.get("/v1/responses/{response_id}",
-            summary="A saved Responses API answer by its id (stream=true: as it was streamed)")
+            summary="A saved Responses API answer by its id (stream=true: as it was streamed)",
+            responses={200: {"content": {"text/event-stream": {}}},
+                       400: {"description": "`stream` is not a boolean"},
+                       404: {"description": "No saved response has this id (as vLLM answers)"}})
 async def retrieve_response(request: Request, response_id: str, stream: bool = False
                             ) -> Response:
     reply = _replayer(request).retrieve(response_id, stream)
@@ -45,7 +50,8 @@ async def retrieve_response(request: Request, response_id: str, stream: bool = F
 
 
 @router.post("/v1/responses/{response_id}/cancel",
-             summary="Cancel: a replayed answer is never in progress (400, like vLLM)")
+             summary="Cancel: a replayed answer is never in progress (400, like vLLM)",
+             status_code=400, response_description="Always: nothing to cancel")
 async def cancel_response(request: Request, response_id: str) -> Response:
     raise BadRequest("Cannot cancel a synchronous response.", param="response_id")
 
@@ -62,7 +68,8 @@ async def misses(request: Request) -> Response:
     return _json(orjson.dumps({"misses": list(_replayer(request).stats.misses)}))
 
 
-@router.post("/replay/reset", summary="Forget cursors and counters, as if just started")
+@router.post("/replay/reset", summary="Forget cursors and counters, as if just started",
+             status_code=204, response_class=Response, response_description="Forgotten")
 async def reset(request: Request) -> Response:
     _replayer(request).reset()
     return Response(status_code=204)

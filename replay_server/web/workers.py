@@ -8,29 +8,33 @@ needs it (prompts with several different saved samples, or --allow-ambiguous) is
 with several workers rather than served in a wrong order. Counters and recent misses
 (`/replay/status`, `/replay/misses`) describe the worker that answers; every worker logs
 its misses.
+
+Each worker is a process of its own (spawned: nothing of the parent's state but the
+socket) that runs uvicorn's public `Server.run` on the socket the parent bound, as
+`serve` does with one. The parent only watches them: SIGINT or SIGTERM stops them all
+(each drains its requests in flight), and a worker that dies stops the rest and the
+command fails, loudly, rather than serving on with fewer.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
+import gc
+import multiprocessing
 import socket
 from collections.abc import Sequence
+from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
 
-import orjson
-from fastapi import FastAPI
-from uvicorn.supervisors import Multiprocess
+import uvicorn
 
 from ..errors import LoadError
 from ..index.file import StoredIndex
 from ..index.index import Index
 from ..settings import Settings
 from .app import create_app
-from .listen import SlowClientProtocol, uvicorn_config
+from .listen import uvicorn_config
 
-ENV = "REPLAY_SERVER_WORKER_SPEC"
+GRACE_S = 40.0  # a worker drains for up to 30 s (uvicorn_config) before it is killed
 
 
 def check(index: Index, settings: Settings) -> None:
@@ -46,20 +50,39 @@ def check(index: Index, settings: Settings) -> None:
 
 
 def run(paths: Sequence[str | Path], settings: Settings, sock: socket.socket) -> None:
-    """Serve with `settings.workers` processes on a socket bound by the caller."""
-    os.environ[ENV] = orjson.dumps({"path": str(Path(paths[0]).resolve()),
-                                    "settings": dataclasses.asdict(settings)}).decode()
-    config = uvicorn_config("replay_server.web.workers:create", settings.log_level,
-                            settings.access_log, settings.read_timeout, factory=True,
-                            workers=settings.workers)
-    Multiprocess(config, sockets=[sock]).run()
+    """Serve with `settings.workers` processes on a socket bound by the caller, until
+    interrupted (KeyboardInterrupt, as `sigterm_as_interrupt` turns SIGTERM into) or until
+    a worker dies (ChildProcessError)."""
+    spawn = multiprocessing.get_context("spawn")
+    index = Path(paths[0]).resolve()
+    processes = [spawn.Process(target=serve_one, args=(index, settings, sock),
+                               name=f"replay-server worker {n + 1}")
+                 for n in range(settings.workers)]
+    try:
+        for process in processes:
+            process.start()
+        ended = wait([p.sentinel for p in processes])
+        dead = next(p for p in processes if p.sentinel in ended)
+        dead.join()  # its sentinel may be ready a moment before its exit status
+        raise ChildProcessError(f"{dead.name} (pid {dead.pid}) exited with status "
+                                f"{dead.exitcode}; the other workers were stopped")
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()  # SIGTERM: uvicorn drains, then exits
+        for process in processes:
+            if process.pid is not None:
+                process.join(GRACE_S)
+                if process.is_alive():
+                    process.kill()
+                    process.join()
 
 
-def create() -> FastAPI:
-    """The app of one worker process (uvicorn calls this in each)."""
-    spec: dict[str, Any] = orjson.loads(os.environ[ENV])
-    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
-                              for k, v in spec["settings"].items()}
-    settings = Settings(**values)
-    SlowClientProtocol.read_timeout = settings.read_timeout
-    return create_app(settings, StoredIndex(Path(spec["path"]), settings.aliases()))
+def serve_one(index: Path, settings: Settings, sock: socket.socket) -> None:
+    """One worker: the app over the shared index file, served on `sock` until SIGTERM."""
+    app = create_app(settings, StoredIndex(index, settings.aliases()))
+    gc.collect()
+    gc.freeze()  # as `serve` does: the index's objects out of the collector's sight
+    config = uvicorn_config(app, settings.log_level, settings.access_log,
+                            settings.read_timeout)
+    uvicorn.Server(config).run(sockets=[sock])

@@ -1,136 +1,47 @@
-"""listen.OneSend: a response's head leaves with its body, in one send, and nothing else
-changes: the same bytes in the same order, and a head with no body yet is not held back
-past the current step of the event loop."""
+"""listen: the socket a server binds, and what a user reads when it cannot."""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
+import socket
+import subprocess
 
-from replay_server.web.listen import OneSend
+import pytest
 
-HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n"
-
-
-class Recording:
-    """A transport that records its writes."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        assert not self.closed
-        self.writes.append(data)
-
-    def write_eof(self) -> None:
-        self.writes.append(b"<eof>")
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def get_extra_info(self, name: str) -> Any:
-        return f"extra {name}"
+from replay_server.web import listen
+from tests.support import CLI, ROOT
 
 
-def run(steps: Any) -> list[bytes]:
-    """`steps(transport)` in a running loop, then one more step of it; the writes made."""
-    async def main() -> list[bytes]:
-        recording = Recording()
-        sent = OneSend(recording, asyncio.get_running_loop())  # type: ignore[arg-type]
-        await steps(sent, recording)
-        await asyncio.sleep(0)
-        return recording.writes
-
-    return asyncio.run(main())
+@pytest.fixture
+def busy() -> socket.socket:
+    """A port another program listens on."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
 
 
-def test_a_head_and_its_body_leave_in_one_write() -> None:
-    async def steps(sent: OneSend, recording: Recording) -> None:
-        sent.write(HEAD)
-        sent.write(b"{}")
-        sent.write(HEAD)
-        sent.write(b"[]")
-
-    assert run(steps) == [HEAD + b"{}", HEAD + b"[]"]
-
-
-def test_a_head_whose_body_is_not_ready_leaves_at_the_end_of_the_step() -> None:
-    async def steps(sent: OneSend, recording: Recording) -> None:
-        sent.write(HEAD)
-        assert recording.writes == []
-        await asyncio.sleep(0)
-        assert recording.writes == [HEAD]  # not waiting for the body
-        sent.write(b"data: 1\n\n")
-
-    assert run(steps) == [HEAD, b"data: 1\n\n"]
+def test_a_busy_port_names_the_address_and_how_to_choose_another(busy: socket.socket
+                                                                  ) -> None:
+    port = busy.getsockname()[1]
+    with busy, pytest.raises(OSError) as e:
+        listen.bind("127.0.0.1", port)
+    message = str(e.value)
+    assert f"127.0.0.1:{port}" in message and "in use" in message
+    for way in ("--port", "REPLAY_SERVER_PORT", "make serve PORT="):
+        assert way in message
 
 
-def test_other_writes_pass_as_they_come_and_a_big_body_is_not_joined() -> None:
-    big = b"x" * (1 << 20)
-
-    async def steps(sent: OneSend, recording: Recording) -> None:
-        sent.write(b"chunk")
-        sent.writelines([b"a", b"b"])
-        sent.write(HEAD)
-        sent.write(big)
-
-    assert run(steps) == [b"chunk", b"ab", HEAD, big]
+def test_serve_on_a_busy_port_says_so(busy: socket.socket) -> None:
+    port = busy.getsockname()[1]
+    with busy:
+        result = subprocess.run([*CLI, "serve", "examples/", "--port", str(port)],
+                                capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.returncode == 2
+    assert f"127.0.0.1:{port}" in result.stderr and "--port" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
-def test_closing_sends_a_held_head_first_and_aborting_drops_it() -> None:
-    async def steps(sent: OneSend, recording: Recording) -> None:
-        sent.write(HEAD)
-        assert sent.get_write_buffer_size() == len(HEAD)
-        sent.write_eof()
-        sent.close()
-        assert sent.is_closing() and sent.get_extra_info("peername") == "extra peername"
-
-    assert run(steps) == [HEAD, b"<eof>"]
-
-    async def aborted(sent: OneSend, recording: Recording) -> None:
-        sent.write(HEAD)
-        sent.abort()
-
-    assert run(aborted) == []
-
-
-def test_the_heads_held_in_one_step_all_leave_at_its_end() -> None:
-    async def main() -> tuple[list[bytes], list[bytes]]:
-        loop = asyncio.get_running_loop()
-        first, second = Recording(), Recording()
-        for transport in (first, second):
-            OneSend(transport, loop).write(HEAD)  # type: ignore[arg-type]
-        await asyncio.sleep(0)
-        return first.writes, second.writes
-
-    assert asyncio.run(main()) == ([HEAD], [HEAD])
-
-
-def test_a_transport_that_fails_to_write_does_not_keep_the_other_heads() -> None:
-    class Broken(Recording):
-        def write(self, data: bytes) -> None:
-            raise RuntimeError("Cannot call write() after write_eof()")
-
-    errors: list[BaseException | None] = []
-
-    async def main() -> list[bytes]:
-        loop = asyncio.get_running_loop()
-        loop.set_exception_handler(lambda loop, context: errors.append(context.get("exception")))
-        broken, fine = Broken(), Recording()
-        OneSend(broken, loop).write(HEAD)  # type: ignore[arg-type]
-        OneSend(fine, loop).write(HEAD)  # type: ignore[arg-type]
-        await asyncio.sleep(0)
-        return fine.writes
-
-    assert asyncio.run(main()) == [HEAD]
-    assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
+def test_a_free_port_is_bound_and_shown_as_a_client_reaches_it() -> None:
+    sock, url = listen.bind("0.0.0.0", 0)
+    with sock:
+        assert url == f"http://127.0.0.1:{sock.getsockname()[1]}/v1"

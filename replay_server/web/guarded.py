@@ -1,0 +1,91 @@
+"""uvicorn's HTTP protocol (httptools), with what it lacks. Quarantined.
+
+Why this module exists: uvicorn has no public way to bound how long a client takes to send
+a request, nor to keep chunked trailers out of the headers an app reads, and both are
+holes a client can use:
+
+- a client that trickles a request, or sends bytes that begin none (a lone CRLF between
+  requests), holds its connection for ever: uvicorn cancels its keep-alive timer on any
+  byte received, and has no read timeout;
+- the parser reports a chunked body's trailer fields through the callback of header
+  fields, and uvicorn appends them to the very list the app reads as the headers: an
+  `Authorization` trailer (RFC 9110 6.5.1: not a header) passes for the header whenever
+  the whole request is in before the app looks.
+
+`GuardedProtocol` extends uvicorn's internal `HttpToolsProtocol` (four parser callbacks;
+its `headers`, `loop`, `transport`). It is the one module allowed a dependency's
+internals (tests/test_layers.py) and stays short (a test says so), so that a new uvicorn
+has one small place to be checked against; everything else about HTTP is uvicorn's. The
+base class's methods are called directly, not through `super()`: this is on every
+request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
+
+from ..settings import DEFAULT_READ_TIMEOUT
+
+
+class GuardedProtocol(Base):
+    """uvicorn's HTTP protocol, but from its first byte (or from the connection), a
+    request has `read_timeout` seconds to arrive whole, or the connection is closed (a
+    byte that begins no request, a stray CRLF, starts that clock too); and once the
+    headers are complete, the list the app holds is closed to the parser (trailer fields
+    go to a copy no one reads).
+
+    The one timer of a connection is not re-armed per request (a timer armed and cancelled
+    on every request costs more than the rest of this class): a request only notes when
+    it began, and the timer, when it fires, cuts off a request that is late, waits again
+    for one still in time, and lapses on an idle connection (the next byte arms it)."""
+
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    _began: float | None = None  # when the unfinished request (or stray bytes) began
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        Base.connection_made(self, transport)
+        self._begin()
+
+    def data_received(self, data: bytes) -> None:
+        if self._began is None:
+            self._begin()
+        Base.data_received(self, data)
+
+    def on_message_begin(self) -> None:
+        Base.on_message_begin(self)
+        if self._began is None:  # pipelined: it began in the read that ended the last one
+            self._begin()
+
+    def on_headers_complete(self) -> None:
+        Base.on_headers_complete(self)
+        self.headers = list(self.headers)  # the scope keeps the list uvicorn filled
+
+    def on_message_complete(self) -> None:
+        self._began = None
+        Base.on_message_complete(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._began = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        Base.connection_lost(self, exc)
+
+    def _begin(self) -> None:
+        self._began = self.loop.time()
+        if self._deadline is None:
+            self._deadline = self.loop.call_later(self.read_timeout, self._check)
+
+    def _check(self) -> None:
+        self._deadline = None
+        if self._began is None:
+            return  # idle between requests: uvicorn's keep-alive timer watches it
+        left = self._began + self.read_timeout - self.loop.time()
+        if left > 0:
+            self._deadline = self.loop.call_later(left, self._check)
+        elif not self.transport.is_closing():
+            self.transport.close()
+

@@ -1,0 +1,69 @@
+"""The OpenAPI schema (`/openapi.json`): what each route takes and what it really answers.
+
+FastAPI derives it from the routes, but says two things this server never does: 422 for
+every route with a parameter (a validation error is answered 400 here, as OpenAI and vLLM
+answer it: litellm takes 422 for "unsupported parameter"), and no error bodies at all.
+So the replay endpoints (plain ASGI apps, invisible to FastAPI) are described here, 422
+is dropped, every error is the OpenAI envelope, and 401 is listed where an API key is
+asked for. tests/web/test_openapi.py sends each route the requests that get each status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from ..paths import ENDPOINTS
+from ..wire.families import family_of
+
+ERROR = {
+    "type": "object", "required": ["error"], "description": "The OpenAI error envelope "
+    "(sent with the header `x-should-retry: false`)",
+    "properties": {"error": {
+        "type": "object", "required": ["message", "type", "param", "code"],
+        "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                       "param": {"type": ["string", "null"]},
+                       "code": {"type": ["string", "integer", "null"]}}}},
+}
+REPLAY_ANSWERS = {
+    "200": {"description": "The saved response, as the original server sent it (a saved "
+                           "or replayed stream when the request asks for one)",
+            "content": {"application/json": {}, "text/event-stream": {}}},
+    "400": {"description": "Malformed request, or a replay error (no match, ambiguous, n "
+                           "mismatch, exhausted, unusable, params mismatch): `error.code` "
+                           "says which"},
+    "404": {"description": "Unknown model"},
+    "413": {"description": "Request body over --max-body-size"},
+}
+
+
+def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
+    """The schema of `app`, made once; `api_key`: every route but /health asks for one."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, routes=app.routes,
+                         description=app.description)
+    for path in ENDPOINTS:
+        schema["paths"][path] = {"post": {
+            "summary": f"Replay a saved answer ({path})",
+            "requestBody": {"required": True, "content": {
+                "application/json": {"schema": family_of(path).schema}}},
+            "responses": dict(REPLAY_ANSWERS)}}
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        components.pop(unused, None)
+    components["Error"] = ERROR
+    for path, operations in schema["paths"].items():
+        for operation in operations.values():
+            answers = operation["responses"]
+            answers.pop("422", None)
+            if api_key and path != "/health":
+                answers["401"] = {"description": "Missing or wrong API key (--api-key)"}
+            for status, answer in answers.items():
+                if int(status) >= 400:
+                    answer["content"] = {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/Error"}}}
+    app.openapi_schema = schema
+    return schema

@@ -1,0 +1,109 @@
+"""The OpenAPI schema says what each route really answers: every route, every status it
+documents sent by some request, and no request answered with a status it does not
+document. And nothing the server sends needs the network (no /docs page from a CDN)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from replay_server.settings import Settings
+from replay_server.web.app import create_app
+from tests.support import (
+    MODEL,
+    build,
+    chat_record,
+    chat_response,
+    completion_record,
+    completion_response,
+    user,
+)
+from tests.web.test_http import responses_record
+
+RECORDS = [chat_record("q", chat_response("a")),
+           completion_record("p", completion_response(" b"), line=2), responses_record()]
+BIG = "x" * 5000
+# route -> requests (query, JSON body) that, between them, get every answer it can give
+REQUESTS: dict[tuple[str, str], list[dict[str, Any]]] = {
+    ("GET", "/health"): [{}],
+    ("GET", "/v1/models"): [{}],
+    ("GET", "/v1/responses/{response_id}"): [
+        {"path": "/v1/responses/resp_1"}, {"path": "/v1/responses/resp_1?stream=true"},
+        {"path": "/v1/responses/resp_2"}, {"path": "/v1/responses/resp_1?stream=maybe"}],
+    ("POST", "/v1/responses/{response_id}/cancel"): [{"path": "/v1/responses/resp_1/cancel"}],
+    ("GET", "/replay/status"): [{}],
+    ("GET", "/replay/misses"): [{}],
+    ("POST", "/replay/reset"): [{}],
+    ("POST", "/v1/chat/completions"): [
+        {"json": {"model": MODEL, "messages": user("q")}},
+        {"json": {"model": MODEL, "messages": user("never saved")}},
+        {"json": {"model": "no/such", "messages": user("q")}},
+        {"json": {"model": MODEL, "messages": user(BIG)}}],
+    ("POST", "/v1/completions"): [
+        {"json": {"model": MODEL, "prompt": "p"}}, {"json": {"model": MODEL}},
+        {"json": {"model": "no/such", "prompt": "p"}},
+        {"json": {"model": MODEL, "prompt": BIG}}],
+    ("POST", "/v1/responses"): [
+        {"json": {"model": MODEL, "input": "hi"}}, {"json": {"model": MODEL, "input": 3}},
+        {"json": {"model": "no/such", "input": "hi"}},
+        {"json": {"model": MODEL, "input": BIG}}],
+}
+
+
+def documented(schema: dict[str, Any]) -> dict[tuple[str, str], set[int]]:
+    return {(method.upper(), path): {int(status) for status in operation["responses"]}
+            for path, operations in schema["paths"].items()
+            for method, operation in operations.items()}
+
+
+async def answered(settings: Settings, headers: dict[str, str]
+                   ) -> tuple[dict[str, Any], dict[tuple[str, str], set[int]]]:
+    """The app's schema, and the statuses it answered on each route to `REQUESTS`."""
+    app = create_app(settings, build(RECORDS))
+    seen: dict[tuple[str, str], set[int]] = {}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://test", headers=headers) as client:
+        schema = (await client.get("/openapi.json")).json()
+        for (method, path), requests in REQUESTS.items():
+            for request in requests:
+                request = {"url": request.get("path", path), "json": request.get("json")}
+                r = await client.request(method, **request)
+                seen.setdefault((method, path), set()).add(r.status_code)
+    return schema, seen
+
+
+@pytest.mark.parametrize("api_key", [None, "sesame"])
+async def test_the_schema_lists_what_each_route_answers(api_key: str | None) -> None:
+    schema, seen = await answered(Settings(max_body_size=4000, api_key=api_key),
+                                  {"authorization": f"Bearer {api_key}"} if api_key else {})
+    assert set(documented(schema)) == set(REQUESTS)  # every route, and a test of each
+    if api_key:  # and once more without the key: refused but /health
+        _, refused = await answered(Settings(max_body_size=4000, api_key=api_key), {})
+        for route, statuses in refused.items():
+            seen[route] |= statuses
+    assert documented(schema) == seen
+
+
+async def test_every_error_is_documented_as_the_envelope() -> None:
+    schema, _ = await answered(Settings(), {})
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            for status, response in operation["responses"].items():
+                if int(status) >= 400:
+                    content = response["content"]["application/json"]["schema"]
+                    assert content == {"$ref": "#/components/schemas/Error"}, (method, path)
+    envelope = schema["components"]["schemas"]["Error"]
+    assert envelope["properties"]["error"]["required"] == ["message", "type", "param", "code"]
+
+
+async def test_no_page_needs_the_network() -> None:
+    """FastAPI's /docs and /redoc pages load their scripts from a CDN: blank offline. The
+    schema is /openapi.json, for any OpenAPI viewer."""
+    app = create_app(Settings(), build(RECORDS))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://test") as client:
+        for page in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+            assert (await client.get(page)).status_code == 404
+        assert (await client.get("/openapi.json")).status_code == 200
