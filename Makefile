@@ -22,8 +22,9 @@ $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "replay-server needs Python 3.11 or newer: run make PYTHON=python3.11 ...")'
 	$(PYTHON) -m venv $(VENV)
 
+# the package and the openai client (the line `serve` prints runs with this venv's python)
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(PIP) -e .
+	$(PIP) -e '.[client]'
 	@touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
