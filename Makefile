@@ -31,9 +31,13 @@ $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
 	$(PIP) -e '.[dev]'
 	@touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-dev
-	$(PIP) -e '.[test]'
-	@touch $@
+# Everything `make test` needs in one pip run, which leaves compiling to bytecode (half
+# of the install's time) to compileall, on every core; a file that does not compile is
+# skipped, as pip skips it.
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(PIP) --no-compile -e '.[test,client]'
+	-@$(BIN)/python -m compileall -qq -j 0 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+	@touch $(VENV)/.installed $(VENV)/.installed-dev $@
 
 serve: $(VENV)/.installed ## serve the bundled example run on http://127.0.0.1:PORT/v1
 	$(BIN)/replay-server serve examples/ --port $(PORT)
@@ -50,11 +54,13 @@ docs: $(VENV)/.installed-dev ## build the documentation site, strictly (any warn
 	@site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
 	  NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --site-dir "$$site"
 
+# Tests run on JOBS workers; a module whose tests share one costly fixture is one
+# xdist_group, run by one worker (--dist loadgroup).
 check: lint docs ## while developing: lint, docs, the tests but harness and container (JOBS workers)
-	$(BIN)/python -m pytest -m "not ($(SLOW))" -n $(JOBS)
+	$(BIN)/python -m pytest -m "not ($(SLOW))" -n $(JOBS) --dist loadgroup
 
-test: $(VENV)/.installed-test lint docs ## the whole suite, as CI runs it (.ci/run): see the README's Set up
-	$(BIN)/python -m pytest
+test: $(VENV)/.installed-test lint docs ## the whole suite, as CI runs it (.ci/run), on JOBS workers: see the README's Set up
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup
 
 # writes bench/results/report.md and throughput.png; BENCH_ARGS=--quick for a smoke run
 bench: $(VENV)/.installed ## the benchmark (not a test; needs wrk: apt-get install wrk)

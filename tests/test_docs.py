@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 from types import ModuleType
 
@@ -13,6 +14,7 @@ import click
 
 from replay_server.cli import main
 from replay_server.settings import markdown_table
+from tests.docker.test_container import TOOLS
 from tests.support import ROOT
 
 
@@ -66,3 +68,16 @@ def test_plain_make_lists_every_target_and_makes_nothing(tmp_path: Path) -> None
     [phony] = re.findall(r"^\.PHONY: (.*)$", (ROOT / "Makefile").read_text(), re.M)
     assert sorted(listed) == sorted(phony.split())
     assert not venv.exists()
+
+
+def test_the_set_up_section_says_what_make_test_installs() -> None:
+    """Every apt package the container test installs as root, and every package of the
+    harness and container extras, is named in the README's Set up."""
+    readme = (ROOT / "README.md").read_text()
+    set_up = readme.split("## Set up\n", 1)[1].split("\n## ", 1)[0].replace("_", "-")
+    assert all(f" {package}" in set_up for package in TOOLS.values())
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    for requirement in extras["harness"] + extras["container"]:
+        name = re.match(r"[\w.-]+", requirement)
+        assert name and name[0].replace("_", "-") in set_up, requirement
