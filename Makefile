@@ -55,12 +55,16 @@ docs: $(VENV)/.installed-dev ## build the documentation site, strictly (any warn
 	  NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --site-dir "$$site"
 
 # Tests run on JOBS workers; a module whose tests share one costly fixture is one
-# xdist_group, run by one worker (--dist loadgroup).
+# xdist_group, run by one worker (--dist loadgroup). They run with bytecode written even
+# where PYTHONDONTWRITEBYTECODE is set: without it each worker rewrites and compiles every
+# test module again, and each of the hundreds of commands the tests start compiles
+# replay_server again, on every run.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(JOBS) --dist loadgroup
 check: lint docs ## while developing: lint, docs, the tests but harness and container (JOBS workers)
-	$(BIN)/python -m pytest -m "not ($(SLOW))" -n $(JOBS) --dist loadgroup
+	$(PYTEST) -m "not ($(SLOW))"
 
 test: $(VENV)/.installed-test lint docs ## the whole suite, as CI runs it (.ci/run), on JOBS workers: see the README's Set up
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup
+	$(PYTEST)
 
 # writes bench/results/report.md and throughput.png; BENCH_ARGS=--quick for a smoke run
 bench: $(VENV)/.installed ## the benchmark (not a test; needs wrk: apt-get install wrk)
