@@ -1,10 +1,6 @@
-# Two commands for a fresh machine with Python 3.11+ and make:
-#   make serve   serve the bundled example run (creates .venv and installs if needed)
-#   make test    the whole suite: lint, types, every test (same .venv, plus the test extras);
-#                what CI runs (.ci/run)
-# While developing:
-#   make check   lint, types, and the tests that need neither the real harnesses nor a
-#                container, on JOBS=2 workers (the dev extra only; under two minutes)
+# replay-server's tasks. `make` (or `make help`) lists them; on a fresh machine with
+# Python 3.11+ and make, `make serve` and `make test` are all it takes (each creates .venv
+# and installs what it needs).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -15,43 +11,65 @@ PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 # the tests `make check` leaves to `make test`
 SLOW   := harness or container
 
-.PHONY: serve check test lint bench clean
+.DEFAULT_GOAL := help
+.PHONY: help serve check test lint docs bench clean
+
+help: ## this list (plain `make` shows it too)
+	@echo 'usage: make TARGET [PORT=$(PORT)] [JOBS=$(JOBS)] [PYTHON=$(PYTHON)]'
+	@awk -F ':.*## ' '/^[a-z]+:.*## / { printf "  %-6s %s\n", $$1, $$2 }' $(firstword $(MAKEFILE_LIST))
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "replay-server needs Python 3.11 or newer: run make PYTHON=python3.11 ...")'
 	$(PYTHON) -m venv $(VENV)
 
+# the package and the openai client (the line `serve` prints runs with this venv's python)
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(PIP) -e .
+	$(PIP) -e '.[client]'
 	@touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
 	$(PIP) -e '.[dev]'
 	@touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-dev
-	$(PIP) -e '.[test]'
-	@touch $@
+# Everything `make test` needs in one pip run, which leaves compiling to bytecode (half
+# of the install's time) to compileall, on every core; a file that does not compile is
+# skipped, as pip skips it.
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(PIP) --no-compile -e '.[test,client]'
+	-@$(BIN)/python -m compileall -qq -j 0 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+	@touch $(VENV)/.installed $(VENV)/.installed-dev $@
 
-serve: $(VENV)/.installed
+serve: $(VENV)/.installed ## serve the bundled example run on http://127.0.0.1:PORT/v1
 	$(BIN)/replay-server serve examples/ --port $(PORT)
 
 # (tools run as `python -m`, so that they are this venv's even where .venv was copied)
-lint: $(VENV)/.installed-dev
-	$(BIN)/python -m ruff check replay_server tests bench
+lint: $(VENV)/.installed-dev ## ruff, and strict mypy on the package, the tests and the docs hook
+	$(BIN)/python -m ruff check replay_server tests bench docs/hooks
 	$(BIN)/python -m mypy
 
-check: lint
-	$(BIN)/python -m pytest -m "not ($(SLOW))" -n $(JOBS)
+# Not --quiet: MkDocs then stops counting warnings, and a strict build passes them. The
+# variable silences Material's end-of-life notice (fixes until May 2027; its successor,
+# Zensical, reads this mkdocs.yml).
+docs: $(VENV)/.installed-dev ## build the documentation site, strictly (any warning fails), and throw it away
+	@site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
+	  NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --site-dir "$$site"
 
-test: $(VENV)/.installed-test lint
-	$(BIN)/python -m pytest
+# Tests run on JOBS workers; a module whose tests share one costly fixture is one
+# xdist_group, run by one worker (--dist loadgroup). They run with bytecode written even
+# where PYTHONDONTWRITEBYTECODE is set: without it each worker rewrites and compiles every
+# test module again, and each of the hundreds of commands the tests start compiles
+# replay_server again, on every run.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(JOBS) --dist loadgroup
+check: lint docs ## while developing: lint, docs, the tests but harness and container (JOBS workers)
+	$(PYTEST) -m "not ($(SLOW))"
 
-# The benchmark (not part of the tests; needs wrk: apt-get install wrk). Writes
-# bench/results/report.md and throughput.png. BENCH_ARGS=--quick for a smoke run.
-bench: $(VENV)/.installed
+test: $(VENV)/.installed-test lint docs ## the whole suite, as CI runs it (.ci/run), on JOBS workers: see the README's Set up
+	$(PYTEST)
+
+# writes bench/results/report.md and throughput.png; BENCH_ARGS=--quick for a smoke run
+bench: $(VENV)/.installed ## the benchmark (not a test; needs wrk: apt-get install wrk)
 	$(PIP) -e '.[bench]'
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
-clean:
+clean: ## remove .venv and the tools' caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

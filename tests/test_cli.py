@@ -6,6 +6,8 @@ import itertools
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +18,8 @@ import openai
 import pytest
 
 from replay_server import errors
-from replay_server.settings import SETTINGS, flag, markdown_table
+from replay_server.commands.serve import open_run, snippet_lines
+from replay_server.settings import SETTINGS, Settings, flag, markdown_table
 from tests.support import CLI, ROOT, Spawned, spawn, wait_for
 
 README = (ROOT / "README.md").read_text()
@@ -56,23 +59,45 @@ def json_and_text(out: str) -> list[Any]:
 
 
 @pytest.mark.http
-def test_serve_prints_a_snippet_that_works(example: Spawned) -> None:
+def test_serve_prints_lines_that_run_as_pasted_in_another_shell(
+        example: Spawned, tmp_path: Path) -> None:
+    """Exactly the printed lines, in a fresh shell elsewhere, as on a stock Debian machine:
+    Debian's PATH (python3 but no `python`, no venv), no OPENAI_ variables. The Python line
+    names the server's interpreter, which has openai here as in `make serve`'s venv."""
     snippet = printed_snippet(example)
-    assert f"export OPENAI_BASE_URL={example.url} " in snippet
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # openai's python
-    done = subprocess.run(["bash"], input=snippet, env=env, capture_output=True, text=True,
-                          timeout=60)
+    assert f"export OPENAI_BASE_URL={example.url} " in snippet.splitlines()[-1]
+    assert f"{sys.executable} -c " in snippet  # the server's, named: it has openai
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+    assert shutil.which("python", path=env["PATH"]) is None
+    done = subprocess.run(["bash"], input=snippet, env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
     assert done.returncode == 0 and not done.stderr, done.stderr
     chat, printed, completion = json_and_text(done.stdout)
     assert chat["choices"][0]["message"]["content"] == printed == "4"
     assert completion["choices"][0]["text"] == " Paris."
 
 
+def test_without_openai_the_python_line_installs_it_in_a_venv_first() -> None:
+    """Where the server's interpreter lacks openai (a `pip install .` without the client
+    extra), the Python line runs from a venv that the line before it makes."""
+    opened = open_run([ROOT / "examples"], Settings())
+    lines = [line.strip() for line in snippet_lines(opened, "http://127.0.0.1:9/v1", None)]
+    at = next(i for i, line in enumerate(lines) if " -m venv " in line)
+    make, install = lines[at].split(" && ")
+    assert shlex.split(make)[:3] == [sys.executable, "-m", "venv"]
+    venv = make.split()[-1]
+    assert install == f"{venv}/bin/pip install -q openai"
+    assert lines[at + 1].startswith(f"{venv}/bin/python -c ")
+    code = shlex.split(lines[at + 1])[2]
+    assert 'OpenAI(base_url="http://127.0.0.1:9/v1", api_key="replay")' in code
+
+
 @pytest.mark.http
 def test_the_readme_quick_start_runs_as_written(example: Spawned) -> None:
     code = README.split("```python\n", 1)[1].split("```", 1)[0]
-    env = {**os.environ, "OPENAI_BASE_URL": example.url, "OPENAI_API_KEY": "replay"}
+    assert 'base_url="http://127.0.0.1:8000/v1", api_key="replay"' in code  # make serve's
+    code = code.replace("http://127.0.0.1:8000/v1", example.url)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout
     assert out.splitlines() == ["4", "2 plus 2 makes 4.", "9"]

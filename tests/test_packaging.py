@@ -45,3 +45,15 @@ def test_license_and_types_are_declared() -> None:
     assert (ROOT / "LICENSE").read_text().split()[:3] == ["Apache", "License", "Version"]
     assert "Typing :: Typed" in (meta.get_all("Classifier") or [])
     assert (Path(replay_server.__file__).parent / "py.typed").is_file()
+
+
+def test_a_fresh_clone_holds_no_symlink_and_nothing_ignored() -> None:
+    """A clone must work on any machine: a tracked symlink (a `.venv` pointing into one
+    machine's checkout) breaks `make` there, and a tracked file that .gitignore ignores is
+    one somebody added by mistake."""
+    tracked = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    assert [line for line in tracked if line.startswith("120000 ")] == []
+    ignored = subprocess.run(["git", "ls-files", "-ci", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+    assert ignored == ""

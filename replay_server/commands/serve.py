@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
 import shlex
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,19 +61,45 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
     return Opened(index, report, index.examples(), inputs)
 
 
-def snippet_lines(opened: Opened, base_url: str) -> list[str]:
-    """Ready-to-paste commands that replay one saved prompt."""
-    lines = [f"  export OPENAI_BASE_URL={base_url} OPENAI_API_KEY=replay"]
+# where the snippet puts openai when the server's own interpreter lacks it
+_OPENAI_VENV = "~/.cache/replay-server/openai-venv"
+
+
+def openai_python() -> str | None:
+    """This interpreter, when it can import openai (as `make serve`'s venv can), else
+    None: the interpreter the snippet's Python line names."""
+    return sys.executable if importlib.util.find_spec("openai") else None
+
+
+def snippet_lines(opened: Opened, base_url: str, python: str | None = None) -> list[str]:
+    """Commands that replay one saved prompt each, to paste into another shell as they
+    are: curl, and for chat the openai client run by `python` (an interpreter that has
+    it; without one, a line that installs it in a venv of its own first). Then the
+    environment a harness reads."""
+    lines = []
     for endpoint, model, prompt in opened.examples:
         family = family_of(endpoint)
         body: dict[str, Any] = {"model": model, **family.example_request(prompt)}
         data = orjson.dumps(body).decode()
         lines.append(f"  curl -s {base_url.removesuffix('/v1')}{endpoint} "
                      f"-H 'Content-Type: application/json' -d {shlex.quote(data)}")
-        if family.client_line:  # one line: pasted with its indent, it still runs
-            lines += ["  # or, with the openai package installed (pip install openai):",
-                      f"  python -c {shlex.quote(family.client_line)} {shlex.quote(data)}"]
-    return lines
+        if family.client_line is not None:
+            lines += _client_lines(family.client_line.format(base_url=base_url), data, python)
+    return [*lines, "  # a harness or client that reads the environment:",
+            f"  export OPENAI_BASE_URL={base_url} OPENAI_API_KEY=replay"]
+
+
+def _client_lines(line: str, data: str, python: str | None) -> list[str]:
+    code = shlex.quote(line)
+    if python is not None:
+        return ["  # or with the openai client:", f"  {shlex.quote(python)} -c {code} "
+                f"{shlex.quote(data)}"]
+    # a venv, since Debian's python3 refuses `pip install` outside one; made with the
+    # server's own interpreter, which is there for sure
+    venv = _OPENAI_VENV
+    return ["  # or with the openai client, installed in a venv of its own first:",
+            f"  {shlex.quote(sys.executable)} -m venv {venv} && {venv}/bin/pip install -q openai",
+            f"  {venv}/bin/python -c {code} {shlex.quote(data)}"]
 
 
 
@@ -102,7 +130,7 @@ def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str],
         gc.freeze()
     sock, base_url = bind(settings.host, settings.port)
     say(f"replay-server: ready on {base_url}")
-    for line in snippet_lines(opened, base_url):
+    for line in snippet_lines(opened, base_url, openai_python()):
         say(line)
     if app is None:
         workers.run(paths, settings, sock)

@@ -5,6 +5,7 @@ partials, one by one (a replay that sent a field in one piece would give fewer).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -105,17 +106,21 @@ def test_dspy_streamify_gets_as_many_chunks(upstream: str, tmp_path: Path) -> No
 
 
 def instructor_python() -> str:
-    """The python of a venv with instructor (created once, then reused): instructor holds
-    openai and jiter back below what the project's other clients need."""
+    """The python of a venv with instructor (created once per machine, then reused):
+    instructor holds openai and jiter back below what the project's other clients need.
+    Made under a lock: test runs of other checkouts on the machine share it."""
     python = INSTRUCTOR_VENV / "bin" / "python"
     marker = INSTRUCTOR_VENV / f".installed-{INSTRUCTOR}"
-    if not marker.exists():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(INSTRUCTOR_VENV)],
-                       check=True, timeout=300)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet",
-                        "--disable-pip-version-check", INSTRUCTOR], check=True, timeout=900,
-                       env={**os.environ, "PIP_NO_INPUT": "1"})
-        marker.touch()
+    INSTRUCTOR_VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(INSTRUCTOR_VENV.parent / "instructor-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(INSTRUCTOR_VENV)],
+                           check=True, timeout=300)
+            subprocess.run([str(python), "-m", "pip", "install", "--quiet",
+                            "--disable-pip-version-check", INSTRUCTOR], check=True,
+                           timeout=900, env={**os.environ, "PIP_NO_INPUT": "1"})
+            marker.touch()
     return str(python)
 
 

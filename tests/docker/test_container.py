@@ -36,7 +36,8 @@ import yaml
 
 from replay_server.settings import SETTINGS, envvar
 
-pytestmark = pytest.mark.container
+# one worker runs this module (make test: --dist loadgroup), so its fixtures are made once
+pytestmark = [pytest.mark.container, pytest.mark.xdist_group("container")]
 ROOT = Path(__file__).parents[2]
 DOCKER = ROOT / "docker"
 
@@ -183,23 +184,28 @@ class Image:
 @pytest.fixture(scope="module")
 def image(tools: None) -> Iterator[Image]:
     """The README's `docker build`, done by podman on the local base; replaces (and removes)
-    the image a previous run built, so that repeated runs do not fill the disk."""
+    the image a previous run built, so that repeated runs do not fill the disk. The image
+    is the machine's, as podman's store is: held under a lock while this module uses it,
+    so that a test run of another checkout never rebuilds or removes it meanwhile."""
     argv = shlex.split(BUILD)
     assert argv[:2] == ["docker", "build"]
     name = argv[argv.index("-t") + 1]
-    before = sh("podman", "image", "inspect", "--format", "{{.Id}}", name).stdout.strip()
-    base = base_image()
-    ok(*PODMAN_BUILD, f"--build-arg=BASE_IMAGE={base}", *argv[2:], cwd=ROOT)
-    [info, base_info] = json.loads(ok("podman", "image", "inspect", name, base))
-    if before and before != info["Id"]:
-        sh("podman", "image", "unmount", "--force", before)
-        sh("podman", "rmi", before)
-    rootfs = ok("podman", "image", "mount", info["Id"]).strip()
-    try:
-        yield Image(name, rootfs, info["Config"], info["Healthcheck"]["Test"],
-                    info["Size"] - base_info["Size"])
-    finally:
-        sh("podman", "image", "unmount", info["Id"])
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / "image.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        before = sh("podman", "image", "inspect", "--format", "{{.Id}}", name).stdout.strip()
+        base = base_image()
+        ok(*PODMAN_BUILD, f"--build-arg=BASE_IMAGE={base}", *argv[2:], cwd=ROOT)
+        [info, base_info] = json.loads(ok("podman", "image", "inspect", name, base))
+        if before and before != info["Id"]:
+            sh("podman", "image", "unmount", "--force", before)
+            sh("podman", "rmi", before)
+        rootfs = ok("podman", "image", "mount", info["Id"]).strip()
+        try:
+            yield Image(name, rootfs, info["Config"], info["Healthcheck"]["Test"],
+                        info["Size"] - base_info["Size"])
+        finally:
+            sh("podman", "image", "unmount", info["Id"])
 
 
 # ------------------------------------------------------------------ running it

@@ -21,6 +21,9 @@ FAMILY = Family(
         "messages": {"minItems": 1, "items": {
             "type": "object", "required": ["role"], "properties": {"role": {"type": "string"}}}},
     }),
-    client_line=("import json, sys; from openai import OpenAI; r = OpenAI().chat.completions"
-                 ".create(**json.loads(sys.argv[1])); print(r.choices[0].message.content)"),
+    # the openai client's line `serve` prints, the request body its argument as curl's is
+    client_line=("import json, sys; from openai import OpenAI; "
+                 'client = OpenAI(base_url="{base_url}", api_key="replay"); '
+                 "r = client.chat.completions.create(**json.loads(sys.argv[1])); "
+                 "print(r.choices[0].message.content)"),
 )

@@ -1,0 +1,83 @@
+"""What a newcomer reads first: `make`'s list of targets, and the documentation site's
+generated reference (`make docs`, which `make check` runs, builds the site strictly)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+from types import ModuleType
+
+import click
+
+from replay_server.cli import main
+from replay_server.settings import markdown_table
+from tests.docker.test_container import TOOLS
+from tests.support import ROOT
+
+
+def hook() -> ModuleType:
+    """docs/hooks/reference.py, the MkDocs hook, as mkdocs loads it: from its path."""
+    spec = importlib.util.spec_from_file_location("reference", ROOT / "docs/hooks/reference.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cli_reference_has_every_command_and_option_with_its_help() -> None:
+    page = hook().cli_reference()
+    for name, command in main.commands.items():
+        assert f"## `replay-server {name}`" in page
+        section = page.split(f"## `replay-server {name}`", 1)[1].split("\n## ", 1)[0]
+        assert f"Usage: replay-server {name} [OPTIONS]" in section
+        for option in command.params:
+            if isinstance(option, click.Option) and not option.hidden:
+                row = next(line for line in section.splitlines()
+                           if line.startswith(f"| `{', '.join(option.opts)}"))
+                words = re.sub(r"[\\`]", "", row)
+                assert " ".join((option.help or "").split()).replace("`", "") in words, row
+                if option.envvar:
+                    assert f"env var: {option.envvar}" in words
+    assert "--require-all" not in page  # hidden from --help, hidden here
+
+
+def test_the_generated_pages_are_the_code_s_tables_and_an_unknown_name_fails() -> None:
+    reference = hook()
+    page = (ROOT / "docs/reference/settings.md").read_text()
+    assert markdown_table() in reference.render(page, "settings.md")
+    assert "<!-- generated:" not in reference.render(
+        (ROOT / "docs/reference/fields.md").read_text(), "fields.md")
+    try:
+        reference.render("<!-- generated: nonsense -->\n", "x.md")
+    except ValueError as error:
+        assert "x.md: no generated text is called 'nonsense'" in str(error)
+    else:
+        raise AssertionError("an unknown name was rendered")
+
+
+def test_plain_make_lists_every_target_and_makes_nothing(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    done = subprocess.run(["make", "-s", "-C", str(ROOT), f"VENV={venv}"], capture_output=True,
+                          text=True, check=True)
+    assert done.stdout == subprocess.run(["make", "-s", "-C", str(ROOT), "help"],
+                                         capture_output=True, text=True, check=True).stdout
+    listed = re.findall(r"^  (\w+) +\S", done.stdout, re.M)
+    [phony] = re.findall(r"^\.PHONY: (.*)$", (ROOT / "Makefile").read_text(), re.M)
+    assert sorted(listed) == sorted(phony.split())
+    assert not venv.exists()
+
+
+def test_the_set_up_section_says_what_make_test_installs() -> None:
+    """Every apt package the container test installs as root, and every package of the
+    harness and container extras, is named in the README's Set up."""
+    readme = (ROOT / "README.md").read_text()
+    set_up = readme.split("## Set up\n", 1)[1].split("\n## ", 1)[0].replace("_", "-")
+    assert all(f" {package}" in set_up for package in TOOLS.values())
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    for requirement in extras["harness"] + extras["container"]:
+        name = re.match(r"[\w.-]+", requirement)
+        assert name and name[0].replace("_", "-") in set_up, requirement
