@@ -99,7 +99,10 @@ def render(markdown: str, where: str) -> str:
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
-    files.append(File.generated(config, "readme.md", content=(ROOT / "README.md").read_text()))
+    # the README links to pages as `docs/PAGE.md` (from the repository's root); as a page
+    # of the site it sits beside them
+    readme = (ROOT / "README.md").read_text().replace("](docs/", "](")
+    files.append(File.generated(config, "readme.md", content=readme))
     return files
 
 
