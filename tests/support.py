@@ -167,7 +167,8 @@ class Spawned:
     def __init__(self, argv: list[str], cwd: Path, env: dict[str, str] | None) -> None:
         self.proc = subprocess.Popen(
             argv, cwd=cwd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
+            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+            start_new_session=True)  # its own process group: worker processes go with it
         self.lines: list[str] = []
         self.url = ""  # the /v1 base URL of its "ready on URL" line
         self.ended = False
@@ -195,17 +196,23 @@ class Spawned:
         return "".join(self.lines)
 
     def wait(self, timeout: float = 30) -> int:
-        """Wait for it to end (killed after `timeout` seconds); its exit status."""
+        """Wait for it to end (killed, with every process it started, after `timeout`
+        seconds: then AssertionError with what it printed); its exit status."""
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
-            raise
+            self._reader.join(10)
+            raise AssertionError(f"did not end within {timeout} s; it printed:\n"
+                                 f"{self.output}") from None
         finally:
+            # the reader ends once every process holding the pipe has; the pipe is closed
+            # only then (closing a file that another thread reads waits for that read)
             self._reader.join(10)
             assert self.proc.stdout is not None
-            self.proc.stdout.close()
+            if not self._reader.is_alive():
+                self.proc.stdout.close()
             self.ended = True
 
     def stop(self, sig: int = signal.SIGINT, timeout: float = 30) -> int:

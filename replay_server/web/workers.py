@@ -13,7 +13,8 @@ Each worker is a process of its own (spawned: nothing of the parent's state but 
 socket) that runs uvicorn's public `Server.run` on the socket the parent bound, as
 `serve` does with one. The parent only watches them: SIGINT or SIGTERM stops them all
 (each drains its requests in flight), and a worker that dies stops the rest and the
-command fails, loudly, rather than serving on with fewer.
+command fails, loudly, rather than serving on with fewer. A worker whose parent is gone
+(killed by SIGKILL, which leaves it no way to stop them) stops too.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import socket
+import threading
 from collections.abc import Sequence
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -85,4 +87,15 @@ def serve_one(index: Path, settings: Settings, sock: socket.socket) -> None:
     gc.freeze()  # as `serve` does: the index's objects out of the collector's sight
     config = uvicorn_config(app, settings.log_level, settings.access_log,
                             settings.read_timeout)
-    uvicorn.Server(config).run(sockets=[sock])
+    server = uvicorn.Server(config)
+    threading.Thread(target=_stop_with_parent, args=(server,), daemon=True).start()
+    server.run(sockets=[sock])
+
+
+def _stop_with_parent(server: uvicorn.Server) -> None:
+    """Stop this worker (draining, as SIGTERM does) once the parent is gone: a parent
+    killed by SIGKILL has no way to stop its workers, which would go on serving."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        wait([parent.sentinel])
+        server.should_exit = True

@@ -86,3 +86,12 @@ def test_a_worker_that_dies_stops_the_server_loudly(index: Path) -> None:
         assert server.wait(60) == 2, server.output
     assert f"pid {first}) exited with status -9" in server.output
     assert not alive(second)
+
+
+def test_workers_stop_when_the_server_is_killed(index: Path) -> None:
+    # SIGKILL leaves the parent no way to stop them: each worker watches its parent
+    with spawn("serve", str(index), "--workers", "2", "--log-level", "warning") as server:
+        pids = answering(server)
+        server.proc.kill()
+        server.proc.wait()
+        wait_for(lambda: not any(alive(pid) for pid in pids), timeout=40)
