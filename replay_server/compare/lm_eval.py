@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import LoadError
 from ..saved.formats.lm_eval import SAMPLES
-from .verdicts import SavedAs, Score, Verdict, head, resolved, rows, text_of, value_of
+from .verdicts import SavedAs, Score, Verdict, doc_rows, head, resolved, text_of, value_of
 
 NAME = "lm-eval"
 
@@ -31,16 +31,12 @@ def read(path: Path) -> Iterator[Verdict]:
     task, file = match["task"], str(path)
     real = resolved(path)
     assert real is not None
-    for line, row in rows(path):
-        yield _verdict(row, task, file, real, line)
+    for line, row, doc_id in doc_rows(path):
+        yield _verdict(row, doc_id, task, file, real, line)
 
 
-def _verdict(row: Any, task: str, file: str, real: str, line: int) -> Verdict:
-    if not isinstance(row, dict):
-        raise LoadError(file, line, "expected a JSON object")
-    doc_id = row.get("doc_id")
-    if not isinstance(doc_id, int) or isinstance(doc_id, bool):
-        raise LoadError(file, line, "expected an integer", field="doc_id")
+def _verdict(row: dict[str, Any], doc_id: int, task: str, file: str, real: str,
+             line: int) -> Verdict:
     names = row.get("metrics")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise LoadError(file, line, "expected a list of metric names", field="metrics")

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import LoadError
 from ..saved.formats.oe_eval import TASK_FILE
-from .verdicts import SavedAs, Score, Verdict, each_or_one, head, resolved, rows, value_of
+from .verdicts import SavedAs, Score, Verdict, doc_rows, each_or_one, head, resolved, value_of
 
 NAME = "oe-eval"
 
@@ -32,16 +32,12 @@ def read(path: Path) -> Iterator[Verdict]:
     assert match is not None
     file, real, task = str(path), resolved(path), match[1]
     assert real is not None
-    for line, row in rows(path):
-        yield _verdict(row, task, file, real, line)
+    for line, row, doc_id in doc_rows(path):
+        yield _verdict(row, doc_id, task, file, real, line)
 
 
-def _verdict(row: Any, task: str, file: str, real: str, line: int) -> Verdict:
-    if not isinstance(row, dict):
-        raise LoadError(file, line, "expected a JSON object")
-    doc_id = row.get("doc_id")
-    if not isinstance(doc_id, int) or isinstance(doc_id, bool):
-        raise LoadError(file, line, "expected an integer", field="doc_id")
+def _verdict(row: dict[str, Any], doc_id: int, task: str, file: str, real: str,
+             line: int) -> Verdict:
     metrics = row.get("metrics")
     if not isinstance(metrics, dict):
         raise LoadError(file, line, "expected an object of metric -> value", field="metrics")

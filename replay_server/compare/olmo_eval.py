@@ -19,7 +19,7 @@ import orjson
 
 from ..errors import LoadError
 from ..saved.formats.olmo_eval import PREDICTIONS
-from .verdicts import SavedAs, Score, Verdict, each_or_one, head, resolved, rows, value_of
+from .verdicts import SavedAs, Score, Verdict, doc_rows, each_or_one, head, resolved, value_of
 
 NAME = "olmo-eval"
 
@@ -36,8 +36,8 @@ def read(path: Path) -> Iterator[Verdict]:
     file, real = str(path), resolved(path)
     assert real is not None
     task = _task(path)
-    for line, row in rows(path):
-        yield _verdict(row, task, file, real, line)
+    for line, row, doc_id in doc_rows(path):
+        yield _verdict(row, doc_id, task, file, real, line)
 
 
 def _task(path: Path) -> str:
@@ -56,12 +56,8 @@ def _task(path: Path) -> str:
     named = found.pop() if len(found) == 1 else None
     return named if isinstance(named, str) and named else stem
 
-def _verdict(row: Any, task: str, file: str, real: str, line: int) -> Verdict:
-    if not isinstance(row, dict):
-        raise LoadError(file, line, "expected a JSON object")
-    doc_id = row.get("doc_id")
-    if not isinstance(doc_id, int) or isinstance(doc_id, bool):
-        raise LoadError(file, line, "expected an integer", field="doc_id")
+def _verdict(row: dict[str, Any], doc_id: int, task: str, file: str, real: str,
+             line: int) -> Verdict:
     metrics = row.get("instance_metrics")
     if not isinstance(metrics, dict):
         raise LoadError(file, line, "expected an object of metric -> {scorer: value}",

@@ -233,3 +233,18 @@ def rows(path: Path) -> Iterator[tuple[int, Any]]:
             except (ValueError, RecursionError):
                 raise error from None
             yield line, value
+
+
+def doc_rows(path: Path) -> Iterator[tuple[int, dict[str, Any], int]]:
+    """(line number, row, its `doc_id`) of each row of a harness file of one JSON object per
+    doc (lm-eval's samples, oe-eval's and olmo-eval's predictions), as `rows` reads them; a
+    row that is not an object, or whose `doc_id` is not an integer, is a LoadError naming
+    FILE:LINE."""
+    file = str(path)
+    for line, row in rows(path):
+        if not isinstance(row, dict):
+            raise LoadError(file, line, "expected a JSON object")
+        doc_id = row.get("doc_id")
+        if not isinstance(doc_id, int) or isinstance(doc_id, bool):
+            raise LoadError(file, line, "expected an integer", field="doc_id")
+        yield line, row, doc_id
