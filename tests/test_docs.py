@@ -3,32 +3,21 @@ generated reference (`make docs`, which `make check` runs, builds the site stric
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import tomllib
 from pathlib import Path
-from types import ModuleType
 
 import click
 
 from replay_server.cli import main
 from replay_server.settings import markdown_table
 from tests.docker.test_container import TOOLS
-from tests.support import ROOT
-
-
-def hook() -> ModuleType:
-    """docs/hooks/reference.py, the MkDocs hook, as mkdocs loads it: from its path."""
-    spec = importlib.util.spec_from_file_location("reference", ROOT / "docs/hooks/reference.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.support import ROOT, docs_hook
 
 
 def test_the_cli_reference_has_every_command_and_option_with_its_help() -> None:
-    page = hook().cli_reference()
+    page = docs_hook().cli_reference()
     for name, command in main.commands.items():
         assert f"## `replay-server {name}`" in page
         section = page.split(f"## `replay-server {name}`", 1)[1].split("\n## ", 1)[0]
@@ -45,7 +34,7 @@ def test_the_cli_reference_has_every_command_and_option_with_its_help() -> None:
 
 
 def test_the_generated_pages_are_the_code_s_tables_and_an_unknown_name_fails() -> None:
-    reference = hook()
+    reference = docs_hook()
     page = (ROOT / "docs/reference/settings.md").read_text()
     assert markdown_table() in reference.render(page, "settings.md")
     assert "<!-- generated:" not in reference.render(
