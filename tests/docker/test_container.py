@@ -1,9 +1,9 @@
 """The container image and compose file, built and run for real (marker `container`).
 
 No Docker engine runs here, so Debian's podman builds docker/Dockerfile with the
-`docker build` command of docs/container.md, on a Debian base image made with debootstrap (cached under
-~/.cache/replay-server, so only the first run on a machine pays for it). The image then
-runs as `docker run` and compose run it, minus the engine: its own entrypoint, command,
+`docker build` command of docs/container.md, on a Debian base image made with debootstrap
+(cached under ~/.cache/replay-server, so only the first run on a machine pays for it). The
+image then runs as `docker run` and compose run it, minus the engine: its own entrypoint, command,
 user, working directory and environment, on its own filesystem (`podman image mount`,
 behind a throwaway overlay), in a private mount and network namespace (`unshare`), with the
 saved run bind-mounted read-only at /data. What the docs show is what runs here: the
