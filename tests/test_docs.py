@@ -13,7 +13,7 @@ import click
 from replay_server.cli import main
 from replay_server.settings import markdown_table
 from tests.docker.test_container import TOOLS
-from tests.support import ROOT, docs_hook
+from tests.support import ROOT, docs_hook, docs_page
 
 
 def test_the_cli_reference_has_every_command_and_option_with_its_help() -> None:
@@ -88,3 +88,13 @@ def test_the_readme_is_a_landing_page_that_says_how_to_install() -> None:
     assert len(readme.splitlines()) <= 300
     assert "`pipx install .`" in readme and "`pip install .`" in readme
     assert "make serve" in readme and "make test" in readme
+
+
+def test_the_site_s_home_page_is_the_readme_linking_beside_the_pages() -> None:
+    """The README links to pages as GitHub shows them (`docs/run.md`); as the site's home
+    page it sits beside them (`run.md`), where a strict build finds every one."""
+    readme, home = (ROOT / "README.md").read_text(), docs_page("index.md")
+    assert "](docs/run.md)" in readme and "](docs/" not in home
+    assert home == readme.replace("](docs/", "](")
+    linked = re.findall(r"\]\(docs/([^)#]+)", readme)
+    assert linked and all((ROOT / "docs" / page).is_file() for page in linked), linked
