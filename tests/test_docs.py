@@ -111,7 +111,8 @@ def test_the_lm_eval_recipe_runs_what_the_harness_tests_run(tmp_path: Path) -> N
 
     page = (ROOT / "docs/recipes/lm-eval.md").read_text()
     block = page.split("```sh\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
-    runs = [shlex.split(line) for line in block.splitlines() if line.startswith("replay-server run")]
+    runs = [shlex.split(line) for line in block.splitlines()
+            if line.startswith("replay-server run")]
     assert len(runs) == 2
     for argv in runs:
         inner = shlex.split(argv[argv.index("-c") + 1])
