@@ -318,7 +318,7 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
 
     COMMAND runs with every base-URL variable the documented harnesses read
     (OPENAI_BASE_URL, OPENAI_API_BASE, INSPECT_EVAL_MODEL_BASE_URL, VLLM_BASE_URL, ...: the
-    README lists them) set to the server, whatever they held, and their API key variables
+    docs list them) set to the server, whatever they held, and their API key variables
     to a dummy key (or --api-key's). Takes every `serve` option but --workers. Afterwards a
     report lists answers, each distinct request that got no saved generation (with its
     attempts, reason and nearest saved prompt), and saved generations never asked for. A

@@ -1,7 +1,7 @@
 """Serving settings: typed, defaulted and documented in one place.
 
 The CLI builds its `serve` options from `SETTINGS` (flag, help, environment variable), and
-the README's flag table is tested against it, so the three cannot drift apart.
+the docs' table of options is generated from it, so the three cannot drift apart.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def envvar(name: str) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of `serve` options, generated from SETTINGS (and tested)."""
+    """The table of `serve` options (docs/reference/settings.md), generated from SETTINGS."""
     rows = ["| flag | environment variable | default | what it does |",
             "| --- | --- | --- | --- |"]
     for setting in SETTINGS:

@@ -1,8 +1,9 @@
 """Test helpers: record builders, a real uvicorn on a free port, the `replay-server`
-command in the background, and the error-shape check."""
+command in the background, the error-shape check, and the documentation as the site shows it."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
@@ -254,3 +256,21 @@ def assert_error(response: httpx.Response, status: int, code: Any = None,
     if param != "unset":
         assert error["param"] == param
     return dict(error)
+
+
+def docs_hook() -> ModuleType:
+    """docs/hooks/reference.py, the MkDocs hook, as mkdocs loads it: from its path."""
+    spec = importlib.util.spec_from_file_location("reference", ROOT / "docs/hooks/reference.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def docs_page(name: str) -> str:
+    """The page docs/NAME as the site shows it: what the hook generates rendered in it
+    (`index.md` is the README, which the site shows as its home page)."""
+    hook = docs_hook()
+    if name == "index.md":
+        return str(hook.home_page())
+    return str(hook.render((ROOT / "docs" / name).read_text(), name))

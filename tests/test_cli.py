@@ -1,4 +1,4 @@
-"""The command line as users run it: a real `replay-server` process, and the README."""
+"""The command line as users run it: a real `replay-server` process, the README and the docs."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 from replay_server import errors
 from replay_server.commands.serve import open_run, snippet_lines
 from replay_server.settings import SETTINGS, Settings, flag, markdown_table
-from tests.support import CLI, ROOT, Spawned, spawn, wait_for
+from tests.support import CLI, ROOT, Spawned, docs_page, spawn, wait_for
 
 README = (ROOT / "README.md").read_text()
 
@@ -123,8 +123,8 @@ def test_a_bad_saved_file_stops_start_up_naming_file_and_line(tmp_path: Path) ->
     assert f"error: {path}:1: field `model`: missing" in result.stderr
 
 
-def test_every_setting_has_help_a_flag_and_a_readme_row() -> None:
-    assert markdown_table() in README
+def test_every_setting_has_help_a_flag_and_a_row_in_the_docs() -> None:
+    assert markdown_table() in docs_page("reference/settings.md")
     help_text = subprocess.run([*CLI, "serve", "--help"], capture_output=True, text=True,
                                check=True).stdout
     for setting in SETTINGS:
@@ -132,11 +132,12 @@ def test_every_setting_has_help_a_flag_and_a_readme_row() -> None:
         assert flag(setting.name) in help_text
 
 
-def test_the_readme_lists_every_replay_error_code() -> None:
+def test_the_errors_page_lists_every_replay_error_code() -> None:
     codes = [c.code for c in vars(errors).values()
              if isinstance(c, type) and issubclass(c, errors.ReplayError)
              and c is not errors.ReplayError]
-    assert codes and all(f"`{code}`" in README for code in codes)
+    page = docs_page("errors.md")
+    assert codes and all(f"`{code}`" in page for code in codes)
 
 
 @pytest.mark.parametrize("command", [["--help"], ["--version"], ["inspect", "examples/"],

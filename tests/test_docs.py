@@ -3,32 +3,22 @@ generated reference (`make docs`, which `make check` runs, builds the site stric
 
 from __future__ import annotations
 
-import importlib.util
 import re
+import shlex
 import subprocess
 import tomllib
 from pathlib import Path
-from types import ModuleType
 
 import click
 
 from replay_server.cli import main
 from replay_server.settings import markdown_table
 from tests.docker.test_container import TOOLS
-from tests.support import ROOT
-
-
-def hook() -> ModuleType:
-    """docs/hooks/reference.py, the MkDocs hook, as mkdocs loads it: from its path."""
-    spec = importlib.util.spec_from_file_location("reference", ROOT / "docs/hooks/reference.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.support import ROOT, docs_hook, docs_page
 
 
 def test_the_cli_reference_has_every_command_and_option_with_its_help() -> None:
-    page = hook().cli_reference()
+    page = docs_hook().cli_reference()
     for name, command in main.commands.items():
         assert f"## `replay-server {name}`" in page
         section = page.split(f"## `replay-server {name}`", 1)[1].split("\n## ", 1)[0]
@@ -45,7 +35,7 @@ def test_the_cli_reference_has_every_command_and_option_with_its_help() -> None:
 
 
 def test_the_generated_pages_are_the_code_s_tables_and_an_unknown_name_fails() -> None:
-    reference = hook()
+    reference = docs_hook()
     page = (ROOT / "docs/reference/settings.md").read_text()
     assert markdown_table() in reference.render(page, "settings.md")
     assert "<!-- generated:" not in reference.render(
@@ -81,3 +71,61 @@ def test_the_set_up_section_says_what_make_test_installs() -> None:
     for requirement in extras["harness"] + extras["container"]:
         name = re.match(r"[\w.-]+", requirement)
         assert name and name[0].replace("_", "-") in set_up, requirement
+
+
+def test_every_module_the_design_page_names_exists() -> None:
+    """docs/design.md names modules by their path in the package (`wire/keys.py`) and
+    folders (`web/`): each one must be there."""
+    page = (ROOT / "docs/design.md").read_text()
+    named = set(re.findall(r"`((?:\w+/)*\w+\.py|\w+/(?:\w+/)*)`", page))
+    assert len(named) > 40
+    missing = sorted(n for n in named if not (ROOT / "replay_server" / n).exists()
+                     and not (ROOT / n).exists())  # tests/test_layers.py is the repo's
+    assert not missing, missing
+
+
+def test_the_readme_is_a_landing_page_that_says_how_to_install() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    assert "`pipx install .`" in readme and "`pip install .`" in readme
+    assert "make serve" in readme and "make test" in readme
+
+
+def test_the_site_s_home_page_is_the_readme_linking_beside_the_pages() -> None:
+    """The README links to pages as GitHub shows them (`docs/run.md`); as the site's home
+    page it sits beside them (`run.md`), where a strict build finds every one."""
+    readme, home = (ROOT / "README.md").read_text(), docs_page("index.md")
+    assert "](docs/run.md)" in readme and "](docs/" not in home
+    assert home == readme.replace("](docs/", "](")
+    linked = re.findall(r"\]\(docs/([^)#]+)", readme)
+    assert linked and all((ROOT / "docs" / page).is_file() for page in linked), linked
+
+
+def test_the_lm_eval_recipe_runs_what_the_harness_tests_run(tmp_path: Path) -> None:
+    """Each `replay-server run ... -- sh -c 'lm_eval ...'` of docs/recipes/lm-eval.md is a
+    case that tests/harnesses runs for real (tests/harnesses/lm_eval_runs.py): its model
+    type, its URL (the case's endpoint under the $OPENAI_BASE_URL that `run` sets), no
+    model_args or flag the case lacks, and `--tokenizer` for `run` exactly when lm-eval is
+    given a tokenizer."""
+    from tests.harnesses.lm_eval_runs import BASE, CASES, under_run
+
+    page = (ROOT / "docs/recipes/lm-eval.md").read_text()
+    block = page.split("```sh\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    runs = [shlex.split(line) for line in block.splitlines()
+            if line.startswith("replay-server run")]
+    assert len(runs) == 2
+    for argv in runs:
+        inner = shlex.split(argv[argv.index("-c") + 1])
+        model = inner[inner.index("--model") + 1]
+        args = dict(a.split("=", 1) for a in inner[inner.index("--model_args") + 1].split(","))
+        flags = {a for a in inner if a.startswith("--")}
+        assert ("--tokenizer" in argv) == ("tokenizer" in args), argv
+        fits = []
+        for case in CASES.values():
+            [tested] = under_run(case.command(BASE, tmp_path))[2:]
+            case_args = dict(a.split("=", 1) for a in case.model_args.split(","))
+            if case.model == model and flags <= set(shlex.split(tested)) \
+                    and set(args) - {"model", "base_url"} <= set(case_args) \
+                    and args["base_url"] == f"$OPENAI_BASE_URL/{case.endpoint}":
+                fits.append(case)
+        assert fits, f"no case of tests/harnesses runs {inner}"

@@ -2,10 +2,11 @@
 
 A page says `<!-- generated: NAME -->` on a line of its own where the text that GENERATED
 renders for NAME goes (the command-line reference from click's own objects, the settings
-table, the request-field tables), so generated text is never written into a page by hand
-and cannot drift from the code. The hook also adds the README as a page (the docs link to
-its sections until they move here) and fails the build on any page that would load a
-script, stylesheet or font from another host: the site must work offline.
+table, the request-field tables, the variables `run` sets), so generated text is never
+written into a page by hand and cannot drift from the code. The hook also makes the README
+the site's home page (one text, read on GitHub and on the site), and fails the build on any
+page that would load a script, stylesheet or font from another host: the site must work
+offline.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from mkdocs.structure.pages import Page
 
 from replay_server import settings
 from replay_server.cli import main
+from replay_server.commands import base_urls
 from replay_server.paths import CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH
 from replay_server.wire.families import fields_table
 
@@ -82,6 +84,7 @@ GENERATED: dict[str, Callable[[], str]] = {
     "cli": cli_reference,
     "settings": settings_table,
     "fields": field_tables,
+    "base-urls": base_urls.markdown_table,
 }
 
 
@@ -98,11 +101,14 @@ def render(markdown: str, where: str) -> str:
 # ------------------------------------------------------------------ MkDocs events
 
 
+def home_page() -> str:
+    """The README as the site's home page. It links to pages as `docs/PAGE.md` (from the
+    repository's root, as GitHub shows it); as `index.md` it sits beside them."""
+    return (ROOT / "README.md").read_text().replace("](docs/", "](")
+
+
 def on_files(files: Files, config: MkDocsConfig) -> Files:
-    # the README links to pages as `docs/PAGE.md` (from the repository's root); as a page
-    # of the site it sits beside them
-    readme = (ROOT / "README.md").read_text().replace("](docs/", "](")
-    files.append(File.generated(config, "readme.md", content=readme))
+    files.append(File.generated(config, "index.md", content=home_page()))
     return files
 
 

@@ -1,12 +1,12 @@
-"""The environment `run` gives COMMAND: every base-URL variable that the harnesses the README
-documents read, each pointed at the replay in the form its reader expects, with its API key
+"""The environment `run` gives COMMAND: every base-URL variable that the harnesses the docs
+document read, each pointed at the replay in the form its reader expects, with its API key
 variable set to the run's key.
 
 Harnesses take their server from different variables, and some read one before another
 (langchain-openai reads OPENAI_API_BASE before OPENAI_BASE_URL; camel-ai reads
 OPENAI_API_BASE_URL first): a stale value of any of them left in the user's environment
-would send a harness elsewhere, so `run` overrides them all, whatever they held. The README's
-list is generated from `VARIABLES` (and tested against it).
+would send a harness elsewhere, so `run` overrides them all, whatever they held. The docs'
+list (docs/run.md) is generated from `VARIABLES`.
 
 A variable the table cannot know (inspect_ai's `openai-api/SERVICE/MODEL` reads
 SERVICE_BASE_URL and requires SERVICE_API_KEY, SERVICE being whatever the user named it) is
@@ -89,7 +89,7 @@ def environment(base_url: str, api_key: str, named: Sequence[str] = ()) -> dict[
 
 
 def markdown_table() -> str:
-    """The README's list of the variables `run` sets (generated from VARIABLES, tested)."""
+    """The docs' list of the variables `run` sets (docs/run.md, generated from VARIABLES)."""
     rows = ["| variable | set to | key variable set | read by |", "| --- | --- | --- | --- |"]
     for v in VARIABLES:
         form = "`http://HOST:PORT/v1`" if v.v1 else "`http://HOST:PORT`"

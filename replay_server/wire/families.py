@@ -37,5 +37,5 @@ def family_of(endpoint: str) -> Family:
 
 
 def fields_table(*paths: str) -> str:
-    """The README's table of these families' request fields (generated, and tested)."""
+    """The table of these families' request fields (docs/reference/fields.md, generated)."""
     return markdown_table((FAMILIES[p].name, FAMILIES[p].table) for p in paths)

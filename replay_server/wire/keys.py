@@ -283,7 +283,7 @@ def key_of(prompt: Mapping[str, Any]) -> bytes:
 
 
 def markdown_table(tables: Iterable[tuple[str, Table]]) -> str:
-    """The README's table of request fields of one family or more (`(name, table)`),
+    """The docs' table of request fields of one family or more (`(name, table)`),
     generated from the tables (and tested): a field that several tables share (the same
     Field) is one row naming them all, and each table's own fields come right before the
     next shared one."""

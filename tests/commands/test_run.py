@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import docs_page
+
 pytestmark = pytest.mark.http
 ROOT = Path(__file__).parents[2]
 CLI = [sys.executable, "-m", "replay_server", "run", "examples/", "--log-level", "warning"]
@@ -252,10 +254,10 @@ def test_a_bad_base_url_variable_name_is_a_bad_option() -> None:
     assert result.returncode == 2 and "--base-url-var 'NOT-A-NAME'" in result.stderr
 
 
-def test_the_readme_lists_every_base_url_variable_run_sets() -> None:
+def test_the_docs_list_every_base_url_variable_run_sets() -> None:
     from replay_server.commands.base_urls import markdown_table
 
-    assert markdown_table() in (ROOT / "README.md").read_text()
+    assert markdown_table() in docs_page("run.md")
 
 
 @pytest.mark.harness

@@ -1,13 +1,13 @@
 """The container image and compose file, built and run for real (marker `container`).
 
-No Docker engine runs here, so Debian's podman builds docker/Dockerfile with the README's
-`docker build` command, on a Debian base image made with debootstrap (cached under
-~/.cache/replay-server, so only the first run on a machine pays for it). The image then
-runs as `docker run` and compose run it, minus the engine: its own entrypoint, command,
+No Docker engine runs here, so Debian's podman builds docker/Dockerfile with the
+`docker build` command of docs/container.md, on a Debian base image made with debootstrap
+(cached under ~/.cache/replay-server, so only the first run on a machine pays for it). The
+image then runs as `docker run` and compose run it, minus the engine: its own entrypoint, command,
 user, working directory and environment, on its own filesystem (`podman image mount`,
 behind a throwaway overlay), in a private mount and network namespace (`unshare`), with the
-saved run bind-mounted read-only at /data. What the README shows is what runs here: the
-commands below are the README's, and the last test checks that the README still says them.
+saved run bind-mounted read-only at /data. What the docs show is what runs here: the
+commands below are docs/container.md's, and the last test checks that the page still says them.
 
 Needs root and podman, debootstrap, iproute2, curl and jq; installs them with apt-get when
 missing. Skips only where they cannot be had (not root, no apt-get), and never in CI.
@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.container, pytest.mark.xdist_group("container")]
 ROOT = Path(__file__).parents[2]
 DOCKER = ROOT / "docker"
 
-# The README's container section, command for command.
+# docs/container.md, command for command.
 BUILD = "docker build -f docker/Dockerfile -t replay-server ."
 RUN = 'docker run --rm -p 127.0.0.1:8000:8000 -v "$PWD/examples:/data:ro" replay-server'
 CURL = """\
@@ -183,7 +183,7 @@ class Image:
 
 @pytest.fixture(scope="module")
 def image(tools: None) -> Iterator[Image]:
-    """The README's `docker build`, done by podman on the local base; replaces (and removes)
+    """docs/container.md's `docker build`, done by podman on the local base; replaces (and removes)
     the image a previous run built, so that repeated runs do not fill the disk. The image
     is the machine's, as podman's store is: held under a lock while this module uses it,
     so that a test run of another checkout never rebuilds or removes it meanwhile."""
@@ -251,7 +251,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(image: Image, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """The README's `docker run`: the image's entrypoint and command on the example run
+    """docs/container.md's `docker run`: the image's entrypoint and command on the example run
     (read-only at /data), with a read-only root as compose runs it; healthy within the
     image's start period; stopped with SIGTERM as `docker stop` does."""
     argv = shlex.split(RUN.replace("$PWD", str(ROOT)))
@@ -367,7 +367,7 @@ def test_compose_file_follows_the_compose_specification(tmp_path: Path) -> None:
     assert sh(*check, str(tmp_path / "compose.yaml")).returncode == 1  # the schema has teeth
 
 
-def test_compose_runs_the_image_as_the_readme_does(image: Image) -> None:
+def test_compose_runs_the_image_as_the_docs_do(image: Image) -> None:
     replay, harness = (compose()["services"][name] for name in ("replay", "harness"))
     build = shlex.split(BUILD)
     assert (DOCKER / replay["build"]["context"]).resolve() == ROOT  # `.`, from the root
@@ -411,11 +411,8 @@ def test_the_compose_harness_rescores_and_the_ci_check_fails_on_a_miss(
     assert check.returncode == 1 and check.stdout.startswith("replay_no_match: no saved gen")
 
 
-def test_the_readme_container_section_is_what_this_test_runs(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    found = re.search(r"^## [^\n]*[Cc]ontainer.*?(?=^## |\Z)", readme, re.M | re.S)
-    assert found, "README.md has no container section"
-    section = found[0]
+def test_the_container_page_is_what_this_test_runs(tmp_path: Path) -> None:
+    section = (ROOT / "docs/container.md").read_text()
     for command in (BUILD, RUN, CURL, COMPOSE_RUN):
         assert command in section, command
     [workflow] = re.findall(r"```yaml\n(.*?)```", section, re.S)

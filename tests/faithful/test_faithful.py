@@ -49,6 +49,7 @@ from tests.support import (
     chat_record,
     chat_response,
     completion_response,
+    docs_page,
     running,
     serving,
     spawn,
@@ -156,9 +157,8 @@ def test_unknown_fields_are_compared_in_strict_mode_only() -> None:
         handle(Replayer(build(saved), Rules(strict=True)), some_new_knob=2)
 
 
-def test_the_readme_field_table_is_the_code_s() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert fields_table(CHAT_PATH, COMPLETION_PATH) in readme
+def test_the_docs_field_table_is_the_code_s() -> None:
+    assert fields_table(CHAT_PATH, COMPLETION_PATH) in docs_page("reference/fields.md")
 
 
 # --- 2. nulls and key order inside JSON Schemas are content -----------------------------

@@ -2,8 +2,8 @@
 
 `replay-server record|serve ... --port 0` run in the background until stopped; a harness
 runs to its end. When REPLAY_HARNESS_TRANSCRIPT names a file, every command line and the
-score lines the harness printed are appended there: the README's per-harness recipes are
-these commands, and the scores are what the harnesses printed.
+score lines the harness printed are appended there: the per-harness recipes of docs/recipes/
+are these commands, and the scores are what the harnesses printed.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ model and rescored by replay-server (from the recording, and from the harness's 
 files) reports exactly the same scores, and every replayed answer is the recorded one.
 
 Everything runs as a user runs it: `replay-server record|serve|run` and the harnesses are
-commands (tests/harnesses/commands.py keeps every command line: the README's recipes).
+commands (tests/harnesses/commands.py keeps every command line: the recipes of docs/recipes/).
 The fake model (tests/fakemodel) answers some questions right and some wrong, samples
 differently per call when temperature > 0, and sends reasoning, usage and finish_reason.
 """
@@ -335,7 +335,7 @@ def test_client_sessions_replay_every_recorded_answer(ws: Workspace, client: str
     assert ran.code == 0, ran.output[-3000:]
     replayed = json.loads(ran.output)
     # A recorded batch is saved one record per prompt, with the batch's usage beside them:
-    # the same batch asked for again gets it back (README)
+    # the same batch asked for again gets it back (docs/recording.md)
     assert original["batch"]["usage"] is not None
     assert replayed == original
     assert len({c[1] for c in original["n3"]["choices"]}) > 1

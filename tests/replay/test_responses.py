@@ -22,7 +22,7 @@ from replay_server.web.recorder import Recorder, create_record_app
 from replay_server.wire.responses.stream_in import aggregate
 from replay_server.wire.responses.stream_out import events_for
 from tests.fakemodel.server import create_app as fake_model
-from tests.support import assert_error, running, serving, write_jsonl
+from tests.support import assert_error, docs_page, running, serving, write_jsonl
 
 MODEL = "tiny-model"
 CALCULATOR: Any = {"type": "function", "name": "calculator", "description": "Evaluates arithmetic.",
@@ -266,12 +266,11 @@ def test_openai_batch_files_of_the_responses_api_are_read(tmp_path: Path) -> Non
     assert got.json() == body["response"]
 
 
-def test_the_readme_lists_every_responses_field_as_the_code_classifies_it() -> None:
+def test_the_docs_list_every_responses_field_as_the_code_classifies_it() -> None:
     from replay_server.paths import RESPONSES_PATH
     from replay_server.wire.families import fields_table
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert fields_table(RESPONSES_PATH) in readme
+    assert fields_table(RESPONSES_PATH) in docs_page("reference/fields.md")
 
 
 def test_convert_and_the_index_file_keep_frames_and_batch_usage(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -17,6 +16,7 @@ from replay_server.wire.chat import request as chat
 from replay_server.wire.chat.fields import TABLE as CHAT
 from replay_server.wire.completions import request as completions
 from replay_server.wire.families import FAMILIES, family_of, fields_table
+from tests.support import docs_page
 
 SYSTEM = {"role": "system", "content": "Be brief."}
 USER = {"role": "user", "content": "What is 2+2?"}
@@ -276,8 +276,8 @@ def test_a_request_passes_the_type_check_when_every_known_field_has_its_type(
         assert not wrong
 
 
-def test_the_readme_lists_every_field_as_the_tables_classify_them() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert fields_table(CHAT_PATH, COMPLETION_PATH) in readme
-    assert fields_table(RESPONSES_PATH) in readme
+def test_the_docs_list_every_field_as_the_tables_classify_them() -> None:
+    page = docs_page("reference/fields.md")
+    assert fields_table(CHAT_PATH, COMPLETION_PATH) in page
+    assert fields_table(RESPONSES_PATH) in page
     assert tuple(FAMILIES) == ENDPOINTS
