@@ -116,8 +116,27 @@ CHAT_PHRASINGS = [
 ]
 
 
+GRADE_RE = re.compile(r"\[Submission\]:(.*?)\*\*\*.*?\[Criterion\]:(.*?)\*\*\*", re.S)
+
+
+def judge_answer(key: str, text: str) -> str | None:
+    """A grader's verdict when `text` asks for one (inspect_ai's model-graded template
+    asks for `GRADE: $LETTER`): C when the criterion's text is in the submission, else I;
+    a grade request without those parts: C or I by the hash of the prompt."""
+    if "GRADE: $LETTER" not in text:
+        return None
+    found = GRADE_RE.search(text)
+    if found is None:
+        return "GRADE: " + ("C" if _sha(key)[0] < RIGHT_THRESHOLD else "I")
+    submission, criterion = found[1].strip(), found[2].strip()
+    grade = "C" if criterion and criterion in submission else "I"
+    return f"The submission {'meets' if grade == 'C' else 'misses'} the criterion.\n\nGRADE: {grade}"
+
+
 def chat_answer(key: str, k: int, text: str) -> tuple[str | None, str]:
     """(reasoning or None, content) for a chat prompt whose last user text is `text`."""
+    if (verdict := judge_answer(key, text)) is not None:
+        return None, verdict
     h = _sha(f"{key}|{k}")
     q = find_question(text)
     if q is None:
