@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from fnmatch import fnmatchcase
 from collections import ChainMap
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import quote
 

@@ -116,21 +116,22 @@ CHAT_PHRASINGS = [
 ]
 
 
-GRADE_RE = re.compile(r"\[Submission\]:(.*?)\*\*\*.*?\[Criterion\]:(.*?)\*\*\*", re.S)
+SUBMISSION_RE = re.compile(r"\[Submission\]:(.*?)\*{3}", re.S)
+CRITERION_RE = re.compile(r"\[(?:Criterion|Expert)\]:(.*?)\*{3}", re.S)
 
 
 def judge_answer(key: str, text: str) -> str | None:
-    """A grader's verdict when `text` asks for one (inspect_ai's model-graded template
-    asks for `GRADE: $LETTER`): C when the criterion's text is in the submission, else I;
-    a grade request without those parts: C or I by the hash of the prompt."""
+    """A grader's verdict when `text` asks for one (inspect_ai's model-graded templates ask
+    for `GRADE: $LETTER`): C when the criterion's (or the expert's) text is in the
+    submission, else I; a grade request without those parts: C or I by the prompt's hash."""
     if "GRADE: $LETTER" not in text:
         return None
-    found = GRADE_RE.search(text)
-    if found is None:
+    submission, criterion = SUBMISSION_RE.search(text), CRITERION_RE.search(text)
+    if submission is None or criterion is None:
         return "GRADE: " + ("C" if _sha(key)[0] < RIGHT_THRESHOLD else "I")
-    submission, criterion = found[1].strip(), found[2].strip()
-    grade = "C" if criterion and criterion in submission else "I"
-    return f"The submission {'meets' if grade == 'C' else 'misses'} the criterion.\n\nGRADE: {grade}"
+    meets = bool(criterion[1].strip()) and criterion[1].strip() in submission[1]
+    return (f"The submission {'meets' if meets else 'misses'} the criterion.\n\n"
+            f"GRADE: {'C' if meets else 'I'}")
 
 
 def chat_answer(key: str, k: int, text: str) -> tuple[str | None, str]:
