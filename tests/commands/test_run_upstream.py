@@ -29,8 +29,8 @@ def chat(model, text):
         return r.choices[0].message.content
     except openai.APIError as e:
         return "error " + str(getattr(e, "status_code", "connection"))
-print(chat("demo/tiny-chat-model", "Write a haiku about rescoring."))
-print(chat(sys.argv[1], "[Submission]: The answer is 7. *** [Criterion]: 7 *** GRADE: $LETTER"))
+print(repr(chat("demo/tiny-chat-model", "Write a haiku about rescoring.")))
+print(repr(chat(sys.argv[1], "[Submission]: The answer is 7. *** [Criterion]: 7 *** GRADE: $LETTER")))
 """
 
 
@@ -53,7 +53,7 @@ def test_a_judge_is_forwarded_saved_reported_and_replayed_the_next_time(
     live = run("--upstream", judge, "--out", str(out), "--report", str(report))
     assert live.returncode == 0, live.stderr
     answers = live.stdout.splitlines()
-    assert answers[1].endswith("GRADE: C")
+    assert answers[1].endswith("GRADE: C'")
     assert "1 answered from the saved run, 0 got no saved generation, 1 forwarded " \
         "upstream" in live.stderr
     assert f"model {JUDGE} (forwarded upstream, not replayed): 1 exchanges answered and " \
@@ -65,15 +65,15 @@ def test_a_judge_is_forwarded_saved_reported_and_replayed_the_next_time(
     replayed = run(str(out), "--report", str(report))
     assert replayed.returncode == 0, replayed.stderr
     assert replayed.stdout.splitlines() == answers
-    assert "forwarded" not in replayed.stderr
+    assert "forwarded upstream" not in replayed.stderr
     changed = run(str(out), judge="judge-model-2")
-    assert changed.returncode == 3 and changed.stdout.splitlines()[1] == "error 404"
+    assert changed.returncode == 3 and changed.stdout.splitlines()[1] == "'error 404'"
 
 
 def test_an_unreachable_upstream_fails_the_run_with_its_own_status(tmp_path: Path) -> None:
     result = run("--upstream", "http://127.0.0.1:9", "--out", str(tmp_path / "judge.jsonl"))
     assert result.returncode == 6, result.stderr
-    assert result.stdout.splitlines()[1] == "error 502"
+    assert result.stdout.splitlines()[1] == "'error 502'"
     assert "warning: cannot reach the upstream http://127.0.0.1:9" in result.stderr
     assert f"- [upstream_error] /v1/chat/completions model={JUDGE}: unreachable: " \
         "ConnectError" in result.stderr
@@ -85,14 +85,14 @@ def test_a_saved_models_miss_under_an_upstream_is_a_replay_miss(
     result = run("--upstream", judge, "--out", str(tmp_path / "judge.jsonl"),
                  judge="demo/tiny-chat-model")
     assert result.returncode == 3, result.stderr
-    assert result.stdout.splitlines()[1] == "error 400"
+    assert result.stdout.splitlines()[1] == "'error 400'"
     assert not (tmp_path / "wire.jsonl").exists()  # the judge was never asked
 
 
 @pytest.mark.parametrize("args, message", [
     (["--upstream", "http://127.0.0.1:9"], "--upstream and --out go together"),
     (["--upstream", "http://127.0.0.1:9", "--out", "examples/demo-run.jsonl"],
-     "is inside"),
+     "is one of the inputs"),
 ])
 def test_an_upstream_that_cannot_be_saved_is_a_bad_option(args: list[str],
                                                           message: str) -> None:
