@@ -120,10 +120,22 @@ SUBMISSION_RE = re.compile(r"\[Submission\]:(.*?)\*{3}", re.S)
 CRITERION_RE = re.compile(r"\[(?:Criterion|Expert)\]:(.*?)\*{3}", re.S)
 
 
+ACTUAL_RE = re.compile(r"Actual Output:\n(.*?) \n\n", re.S)
+EXPECTED_RE = re.compile(r"Expected Output:\n(.*?) \n\n", re.S)
+
+
 def judge_answer(key: str, text: str) -> str | None:
-    """A grader's verdict when `text` asks for one (inspect_ai's model-graded templates ask
-    for `GRADE: $LETTER`): C when the criterion's (or the expert's) text is in the
-    submission, else I; a grade request without those parts: C or I by the prompt's hash."""
+    """A grader's verdict when `text` asks for one. inspect_ai's model-graded templates ask
+    for `GRADE: $LETTER`: C when the criterion's (or the expert's) text is in the
+    submission, else I (without those parts: C or I by the prompt's hash). deepeval's GEval
+    asks for JSON with a `score` from 0 to 10 after its `Evaluation Steps:`: 10 when the
+    expected output's text is in the actual output, else 0."""
+    if "Evaluation Steps:" in text and '"score"' in text:
+        actual, expected = ACTUAL_RE.search(text), EXPECTED_RE.search(text)
+        meets = actual is not None and expected is not None and \
+            bool(expected[1].strip()) and expected[1].strip() in actual[1]
+        reason = "The actual output " + ("states" if meets else "lacks") + " the expected value."
+        return json.dumps({"reason": reason, "score": 10 if meets else 0})
     if "GRADE: $LETTER" not in text:
         return None
     submission, criterion = SUBMISSION_RE.search(text), CRITERION_RE.search(text)

@@ -16,11 +16,12 @@ import pytest
 from tests.fakemodel.server import create_app as fake_model
 from tests.harnesses import inspect_runs
 from tests.harnesses.commands import BIN, REPLAY, ROOT, offline_env, run
-from tests.support import running
+from tests.support import chat_record, chat_response, running, venv_python, write_jsonl
 
 pytestmark = [pytest.mark.harness, pytest.mark.http]
 SAVED = ROOT / "tests" / "data" / "inspect_ai" / "arith"  # inspect_arith, as inspect logged it
 JUDGE = "judge-model"
+CANDIDATE = "tiny-model"
 PRINTED = r"^replay-server run:|^  model |^\s*(accuracy|stderr) "
 
 
@@ -94,3 +95,48 @@ def test_a_changed_judge_is_a_miss_never_the_old_verdict(bench: Bench) -> None:
     code, output, _ = inspect_judged(bench, "other-judge", str(out), grader="judge-model-2")
     assert code == 3, output[-3000:]
     assert "judge-model-2" in output and bench.wire.read_text().count("\n") == before
+
+
+# --------------------------------------------------------------------------- deepeval
+
+# deepeval 4.3 pins click below 8.4, which huggingface-hub 2 (transformers 5) refuses: it
+# cannot join the harness extra, so it runs from a venv of its own (no torch either way)
+DEEPEVAL = "deepeval==4.3.1"
+CANDIDATE_ANSWERS = {"What is 12 + 7?": "The answer is 19.", "What is 23 + 19?": "The answer "
+                     "is 41.", "What is 9 * 8?": "The answer is 72.",
+                     "What is 100 - 37?": "The answer is 64."}
+
+
+def deepeval_judged(bench: Bench, saved: list[Path], *run_options: str, grader: str = JUDGE
+                    ) -> tuple[int, str]:
+    """`replay-server run SAVED RUN_OPTIONS -- python deepeval_geval.py CANDIDATE JUDGE`."""
+    python = venv_python("deepeval-venv", DEEPEVAL)
+    script = ROOT / "tests" / "harnesses" / "deepeval_geval.py"
+    ran = run(f"deepeval GEval judged: {' '.join(run_options) or 'replayed'}",
+              [*REPLAY, "run", *map(str, saved), *run_options, "--", python, str(script),
+               CANDIDATE, grader], {**bench.env, "DEEPEVAL_TELEMETRY_OPT_OUT": "YES"},
+              bench.dir, PRINTED + r"|^\{")
+    return ran.code, ran.output
+
+
+def geval_scores(output: str) -> dict[str, float]:
+    (line,) = [line for line in output.splitlines() if line.startswith("{")]
+    scores: dict[str, float] = json.loads(line)
+    return scores
+
+
+def test_deepeval_geval_scores_replay_identically_in_the_second_pass(bench: Bench) -> None:
+    saved = write_jsonl(bench.dir / "geval-candidate.jsonl", [
+        chat_record(question, chat_response(answer), model=CANDIDATE, line=i + 1)
+        for i, (question, answer) in enumerate(CANDIDATE_ANSWERS.items())])
+    out = bench.dir / "geval-judge.jsonl"
+    first, output = deepeval_judged(bench, [saved], "--upstream", bench.judge, "--out",
+                                    str(out))
+    assert first == 0, output[-3000:]
+    live = geval_scores(output)
+    assert live == {"What is 12 + 7?": 1.0, "What is 23 + 19?": 0.0, "What is 9 * 8?": 1.0,
+                    "What is 100 - 37?": 0.0}
+    assert f"model {JUDGE} (forwarded upstream, not replayed): 4 exchanges" in output
+    second, output = deepeval_judged(bench, [saved, out])
+    assert second == 0, output[-3000:]
+    assert geval_scores(output) == live and "forwarded upstream" not in output
