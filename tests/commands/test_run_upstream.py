@@ -30,7 +30,8 @@ def chat(model, text):
     except openai.APIError as e:
         return "error " + str(getattr(e, "status_code", "connection"))
 print(repr(chat("demo/tiny-chat-model", "Write a haiku about rescoring.")))
-print(repr(chat(sys.argv[1], "[Submission]: The answer is 7. *** [Criterion]: 7 *** GRADE: $LETTER")))
+GRADE = "[Submission]: The answer is 7. *** [Criterion]: 7 *** GRADE: $LETTER"
+print(repr(chat(sys.argv[1], GRADE)))
 """
 
 

@@ -69,7 +69,8 @@ def replaying(paths: list[Path], **settings: Any) -> Iterator[tuple[openai.OpenA
 def ask(client: openai.OpenAI, model: str, text: str, **kw: Any) -> str | None:
     reply = client.chat.completions.create(model=model, messages=[{"role": "user",
                                                                    "content": text}], **kw)
-    return reply.choices[0].message.content
+    content: str | None = reply.choices[0].message.content
+    return content
 
 
 def asked(wire: Path) -> list[dict[str, Any]]:
