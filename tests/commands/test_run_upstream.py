@@ -1,5 +1,5 @@
-"""`replay-server run --upstream URL --out FILE`: the judge forwarded and saved, counted
-apart from the replay, and failing the run when it fails upstream."""
+"""`replay-server run|serve --upstream URL --out FILE`: the judge forwarded and saved,
+counted apart from the replay, and failing the run when it fails upstream."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import openai
 import pytest
 
 from tests.fakemodel.server import create_app as fake_model
-from tests.support import running
+from tests.support import running, spawn
 
 pytestmark = pytest.mark.http
 ROOT = Path(__file__).parents[2]
@@ -99,3 +100,16 @@ def test_an_upstream_that_cannot_be_saved_is_a_bad_option(args: list[str],
                                                           message: str) -> None:
     result = run(*args)
     assert result.returncode == 2 and message in result.stderr
+
+
+def test_serve_forwards_a_judge_and_says_what_it_saved(judge: str, tmp_path: Path) -> None:
+    out = tmp_path / "judge.jsonl"
+    with spawn("serve", str(SAVED), "--upstream", judge, "--out", str(out)) as server:
+        with openai.OpenAI(base_url=server.url, api_key="replay", max_retries=0) as client:
+            reply = client.chat.completions.create(model=JUDGE, messages=[
+                {"role": "user", "content": "What is 1 + 1?"}])
+        assert server.stop() == 0
+    assert reply.choices[0].message.content is not None
+    assert f"go to {judge.removesuffix('/v1')}, saved to {out}" in server.output
+    assert f"upstream: recorded 1 exchanges (1 records) to {out}" in server.output
+    assert json.loads(out.read_text())["model"] == JUDGE
