@@ -115,6 +115,8 @@ def serve(paths: tuple[str, ...], **options: Any) -> None:
     logs (.eval, .json), olmo-eval and oe-eval output directories, lighteval
     --save-details output (needs the `parquet` extra), evalscope work directories; or one
     index file (`replay-server index`). Point any harness at it with OPENAI_BASE_URL=http://HOST:PORT/v1.
+    With --upstream URL --out FILE, a request for a model the saved runs lack (a judge)
+    goes to URL and is saved to FILE; a saved model is never forwarded.
     """
     from .commands import serve as server
 
@@ -319,7 +321,9 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
     COMMAND runs with every base-URL variable the documented harnesses read
     (OPENAI_BASE_URL, OPENAI_API_BASE, INSPECT_EVAL_MODEL_BASE_URL, VLLM_BASE_URL, ...: the
     docs list them) set to the server, whatever they held, and their API key variables
-    to a dummy key (or --api-key's). Takes every `serve` option but --workers. Afterwards a
+    to a dummy key (or --api-key's). Takes every `serve` option but --workers;
+    --upstream URL --out FILE sends a model the saved runs lack (a judge) to URL and
+    saves it to FILE (docs/judges.md). Afterwards a
     report lists answers, each distinct request that got no saved generation (with its
     attempts, reason and nearest saved prompt), and saved generations never asked for. A
     POST /replay/reset starts the cursors over and forgets nothing the verdict counts.
@@ -328,6 +332,7 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
     Exit status, the first that applies:
       2  the saved run could not be loaded, or a bad option (COMMAND never ran)
       3  a request got no saved generation (even if COMMAND failed too)
+      6  a request forwarded to --upstream got no answer to save
       COMMAND's own status, if it failed
       5  no request reached the server
       4  saved samples were never asked for (unless --allow-unused)

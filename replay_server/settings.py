@@ -17,8 +17,9 @@ DEFAULT_MAX_BODY = 16 * 1024 * 1024
 DEFAULT_READ_TIMEOUT = 60.0
 
 
-def _setting(default: Any, help: str, **extra: Any) -> Any:
-    return field(default=default, metadata={"help": help, **extra})
+def _setting(default: Any, help: str, *, secret: bool = False, **extra: Any) -> Any:
+    # a secret is left out of the settings' repr, so that no log line can show it
+    return field(default=default, repr=not secret, metadata={"help": help, **extra})
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,22 @@ class Settings:
                                 "throughput).")
     log_level: str = _setting("info", "Log level: debug, info, warning or error.",
                               choices=("debug", "info", "warning", "error"))
+    upstream: str | None = _setting(
+        None, "An OpenAI-compatible server (with or without /v1) that answers requests for "
+        "a model the saved runs do not have (a judge), as `record` forwards them; each "
+        "exchange delivered is appended to --out. A saved model is never forwarded.",
+        metavar="URL")
+    out: str | None = _setting(
+        None, "The JSONL file that forwarded exchanges are appended to, as native records "
+        "(needs --upstream); serve it with the saved runs to replay the judge too.",
+        metavar="FILE")
+    upstream_models: str | None = _setting(
+        None, "Which models may go to --upstream: shell-style patterns, comma-separated "
+        "(default: any model the saved runs do not have).", metavar="PATTERN[,PATTERN...]")
+    upstream_api_key: str | None = _setting(
+        None, "Sent to --upstream as `Authorization: Bearer KEY` when the client sends no key "
+        "or a stand-in (`replay`, `replay-server`, this server's --api-key); never written "
+        "down nor logged. Prefer the environment variable.", secret=True, metavar="KEY")
 
     def __post_init__(self) -> None:
         if self.api_key is not None and not self.api_key.strip():
@@ -69,6 +86,22 @@ class Settings:
         for name in ("max_body_size", "max_line_size", "read_timeout", "workers"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{flag(name)} must be positive")
+        self._check_upstream()
+
+    def _check_upstream(self) -> None:
+        if (self.upstream is None) != (self.out is None):
+            raise ValueError("--upstream and --out go together: every exchange forwarded "
+                             "upstream is saved, so that the next rescoring replays it")
+        if self.upstream is None and (self.upstream_models or self.upstream_api_key):
+            raise ValueError("--upstream-models and --upstream-api-key need --upstream")
+        if self.upstream is not None and self.workers > 1:
+            raise ValueError("--upstream needs one worker: one process appends to --out")
+        if self.upstream_models is not None and not self.upstream_patterns():
+            raise ValueError("--upstream-models is set but names no pattern")
+
+    def upstream_patterns(self) -> tuple[str, ...]:
+        """--upstream-models as a tuple of shell-style patterns (empty: any model)."""
+        return tuple(p.strip() for p in (self.upstream_models or "").split(",") if p.strip())
 
     def aliases(self) -> dict[str, str]:
         out: dict[str, str] = {}

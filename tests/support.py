@@ -3,6 +3,7 @@ command in the background, the error-shape check, and the documentation as the s
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import re
@@ -102,6 +103,29 @@ def wait_for(condition: Callable[[], object], timeout: float = 60) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition never became true")
         time.sleep(0.01)
+
+
+VENVS = Path.home() / ".cache" / "replay-server"
+
+
+def venv_python(name: str, *requirements: str) -> str:
+    """The python of a venv with `requirements` (created once per machine, then reused),
+    for a client whose pins clash with the project's other test dependencies. Made under
+    a lock: test runs of other checkouts on the machine share it."""
+    venv = VENVS / name
+    python = venv / "bin" / "python"
+    marker = venv / (".installed-" + "-".join(requirements).replace("/", "_"))
+    VENVS.mkdir(parents=True, exist_ok=True)
+    with open(VENVS / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True,
+                           timeout=300)
+            subprocess.run([str(python), "-m", "pip", "install", "--quiet",
+                            "--disable-pip-version-check", *requirements], check=True,
+                           timeout=900, env={**os.environ, "PIP_NO_INPUT": "1"})
+            marker.touch()
+    return str(python)
 
 
 def free_port() -> int:

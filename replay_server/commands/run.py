@@ -15,8 +15,12 @@ Exit status, the first that applies:
   answer to a POST or a /v1 route (a malformed request, an unknown model, a body too
   large, a wrong API key, an unknown route, an internal error). It outranks COMMAND's
   own failure: harnesses that exit non-zero when items fail would otherwise hide it;
+- UPSTREAM_FAILED (6): with --upstream, a request forwarded there got no answer to save
+  (the upstream's error answer, no answer, a broken stream, an answer that cannot be
+  saved): a judge's failed call is scored by harnesses as a verdict;
 - COMMAND's own, when it fails;
-- NO_REQUESTS (5): no request reached the server at all (COMMAND answered from
+- NO_REQUESTS (5): no request reached the server at all, replayed or forwarded upstream
+  (COMMAND answered from
   somewhere else: a harness's disk cache, or a base URL it does not take from the
   environment);
 - UNUSED (4): saved samples were never asked for (unless --allow-unused: a deliberate
@@ -38,16 +42,17 @@ import orjson
 
 from ..errors import REPLAY_CODES
 from ..replay.replayer import Replayer
-from ..replay.stats import Failure
+from ..replay.stats import FORWARD_OUTCOMES, Failure
 from ..settings import Settings
 from ..web.app import create_app
 from ..web.listen import InThread
 from . import base_urls
-from .serve import open_run
+from .serve import open_run, upstream_of
 
 MISSED = 3
 UNUSED = 4
 NO_REQUESTS = 5
+UPSTREAM_FAILED = 6
 GRACE_S = 10.0
 SHOWN = 20
 
@@ -70,8 +75,11 @@ def report(replayer: Replayer) -> list[str]:
     """What happened, for a human: answers, failures with reasons, unused samples."""
     stats = replayer.stats
     resets = f", {stats.resets} reset(s)" if stats.resets else ""
+    sent = sum(sum(c.values()) for c in stats.forwarded.values())
+    upstream = f", {sent} forwarded upstream" if sent else ""
     lines = ["replay report:", f"  requests: {stats.with_outcome()} ({stats.answered} "
-             f"answered from the saved run, {stats.failed()} got no saved generation{resets})"]
+             f"answered from the saved run, {stats.failed()} got no saved generation"
+             f"{upstream}{resets})"]
     if stats.in_flight():
         lines.append(f"  {stats.in_flight()} more request(s) were cut off in flight (begun, "
                      "never sent whole: COMMAND was stopped or its client left); they have "
@@ -85,6 +93,7 @@ def report(replayer: Replayer) -> list[str]:
             lines.append("    e.g. " + "; ".join(
                 f"{where}: {unused} of {saved}" for where, (unused, saved)
                 in stats.unused_examples(name).items()))
+    lines += forwarded_lines(replayer)
     if stats.rejected:
         lines.append("  other error answers: " + ", ".join(
             f"{code} x{n}" for code, n in sorted(stats.rejected.items())))
@@ -105,6 +114,27 @@ def report(replayer: Replayer) -> list[str]:
     if len(failures) > SHOWN:
         lines.append(f"  ... and {len(failures) - SHOWN} more (GET /replay/misses while "
                      "serving lists the latest)")
+    return lines
+
+
+def forwarded_lines(replayer: Replayer) -> list[str]:
+    """The requests that went upstream (--upstream), per model, apart from the replayed
+    ones; then each distinct one that failed there."""
+    stats = replayer.stats
+    lines = []
+    for name, counts in sorted(stats.forwarded.items()):
+        outcomes = ", ".join(f"{k}={counts[k]}" for k in FORWARD_OUTCOMES[1:] if counts[k])
+        lines.append(f"  model {name} (forwarded upstream, not replayed): {counts['saved']} "
+                     f"exchanges answered and saved; failures: {outcomes or 'none'}")
+    failures = sorted(stats.forward_failures.values(), key=lambda f: f.first["time"])
+    if failures:
+        lines.append(f"  {len(failures)} distinct forwarded request(s) failed upstream, in "
+                     f"{stats.forward_failed()} attempt(s):")
+    for failure in failures[:SHOWN]:
+        miss = failure.first
+        tries = f" ({failure.attempts} attempts)" if failure.attempts > 1 else ""
+        lines.append(f"  - [{miss['code']}] {miss['endpoint']} model={miss['model']}{tries}: "
+                     f"{miss['message']}")
     return lines
 
 
@@ -146,9 +176,13 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool) -> tuple[int, str
     if stats.failures:
         return MISSED, (f"{len(stats.failures)} distinct request(s) got no saved generation "
                         f"({stats.failed()} attempt(s)): failing")
+    if stats.forward_failures:
+        return UPSTREAM_FAILED, (f"{len(stats.forward_failures)} distinct request(s) "
+                                 f"forwarded upstream got no answer to save "
+                                 f"({stats.forward_failed()} attempt(s)): failing")
     if code != 0:
         return code, f"COMMAND failed with exit status {code}"
-    if stats.answered == 0:
+    if stats.answered == 0 and not stats.forwarded:
         return NO_REQUESTS, ("no request reached the replay server: COMMAND got its answers "
                              "somewhere else (a harness's disk cache, such as lighteval's "
                              ".litellm_cache or dspy's cache, or a base URL it does not take "
@@ -159,8 +193,10 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool) -> tuple[int, str
                         "for less than was saved (fewer docs or repeats, or a harness cache "
                         "answered part of the run; --allow-unused accepts a deliberate "
                         "subset): failing")
+    forwarded = sum(c["saved"] for c in stats.forwarded.values())
     return 0, "every request was answered from the saved run" + (
-        f" ({unused} saved sample(s) never asked for, allowed)" if unused else "")
+        f" ({unused} saved sample(s) never asked for, allowed)" if unused else "") + (
+        f" or by the upstream ({forwarded} exchange(s) saved)" if forwarded else "")
 
 
 def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequence[str], *,
@@ -174,11 +210,35 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
         say(line)
     if report_to is not None:  # before COMMAND runs: a refusal writes and runs nothing
         opened.inputs.refuse_output(report_to)
-    app = create_app(settings, opened.index)
-    replayer: Replayer = app.state.replayer
-    replayer.stats.whole_run = True  # the verdict is every pass's, resets or not
+    with upstream_of(opened, settings, say) as recorder:
+        app = create_app(settings, opened.index, recorder)
+        replayer: Replayer = app.state.replayer
+        replayer.stats.whole_run = True  # the verdict is every pass's, resets or not
+        if report_to is not None:
+            replayer.stats.tracked = {}
+        code, stopped = _serve_command(app, settings, command, stop_on_miss, say,
+                                       base_url_vars)
+    if code < 0:  # killed by a signal: report it the way a shell does
+        code = 128 - code
+    for line in report(replayer):
+        say(line)
     if report_to is not None:
-        replayer.stats.tracked = {}
+        count = write_report(report_to, replayer)
+        say(f"replay-server run: wrote {count} request(s) to {report_to}")
+    if stopped:
+        say("replay-server run: stopped COMMAND at the first miss (--stop-on-miss)")
+    elif code != 0 and (replayer.stats.failures or replayer.stats.forward_failures):
+        say(f"replay-server run: COMMAND failed with exit status {code}")  # (outranked)
+    status, why = verdict(replayer, 0 if stopped else code, allow_unused)
+    say(f"replay-server run: {why}")
+    return status
+
+
+def _serve_command(app: Any, settings: Settings, command: Sequence[str], stop_on_miss: bool,
+                   say: Callable[[str], None], base_url_vars: Sequence[str]
+                   ) -> tuple[int, bool]:
+    """Serve `app` while `command` runs: its exit status, and whether a miss stopped it."""
+    replayer: Replayer = app.state.replayer
     stopped = threading.Event()
     with InThread(app, settings) as server:
         env = {**os.environ, **base_urls.environment(
@@ -195,17 +255,4 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
         except KeyboardInterrupt:
             _stop(proc)
             raise
-    if code < 0:  # killed by a signal: report it the way a shell does
-        code = 128 - code
-    for line in report(replayer):
-        say(line)
-    if report_to is not None:
-        count = write_report(report_to, replayer)
-        say(f"replay-server run: wrote {count} request(s) to {report_to}")
-    if stopped.is_set():
-        say("replay-server run: stopped COMMAND at the first miss (--stop-on-miss)")
-    elif code != 0 and replayer.stats.failures:  # said, though the miss outranks it
-        say(f"replay-server run: COMMAND failed with exit status {code}")
-    status, why = verdict(replayer, 0 if stopped.is_set() else code, allow_unused)
-    say(f"replay-server run: {why}")
-    return status
+    return code, stopped.is_set()

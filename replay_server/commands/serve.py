@@ -5,8 +5,10 @@ from __future__ import annotations
 import gc
 import importlib.util
 import shlex
+import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,8 @@ from ..settings import Settings
 from ..web import workers
 from ..web.app import create_app
 from ..web.listen import bind, run_uvicorn, sigterm_as_interrupt
+from ..web.recorder import Recorder, probe
+from ..web.upstream import recorder_for
 from ..wire.families import family_of
 
 
@@ -59,6 +63,33 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
     for path in [indexes[0], *sources]:
         inputs.keep(path)
     return Opened(index, report, index.examples(), inputs)
+
+
+@contextmanager
+def upstream_of(opened: Opened, settings: Settings, say: Callable[[str], None]
+                ) -> Iterator[Recorder | None]:
+    """The recorder `--upstream URL --out FILE` asks for (None without them), for the time
+    the server runs; then what it forwarded. FILE is never one of the saved inputs."""
+    if settings.out is None:
+        yield None
+        return
+    opened.inputs.refuse_output(Path(settings.out))
+    recorder = recorder_for(settings)
+    assert recorder is not None
+    try:
+        if recorder.writer.set_aside is not None:
+            say(f"warning: {settings.out} ended with a cut line (a crash?); moved it to "
+                f"{recorder.writer.set_aside}")
+        which = ", ".join(settings.upstream_patterns()) or "any"
+        say(f"replay-server: requests for a model the saved runs lack ({which}) go to "
+            f"{recorder.upstream}, saved to {settings.out}; saved models are only replayed")
+        if (why := probe(recorder.upstream)) is not None:
+            say(f"warning: cannot reach the upstream {recorder.upstream} ({why}); requests "
+                "for it get 502 until it answers")
+        yield recorder
+    finally:
+        recorder.writer.close()
+        say("upstream: " + recorder.summary())
 
 
 # where the snippet puts openai when the server's own interpreter lacks it
@@ -118,22 +149,28 @@ def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str],
     # Everything is built before the ready line: a SIGTERM right after it then lands in
     # uvicorn's start, never in building the app (where Python 3.11 turns the interrupt it
     # raises, if it comes during an eval, into an exit by SIGINT).
-    app = None
     if settings.workers > 1:
         workers.check(opened.index, settings)
-    else:
-        app = create_app(settings, opened.index)
+        sock, base_url = _ready(opened, settings, say)
+        workers.run(paths, settings, sock)
+        return
+    with upstream_of(opened, settings, say) as recorder:
+        app = create_app(settings, opened.index, recorder)
         # The index lives as long as the server: moved out of the garbage collector's
         # sight, a full collection no longer walks millions of its objects and stalls
         # requests.
         gc.collect()
         gc.freeze()
+        sock, _ = _ready(opened, settings, say)
+        run_uvicorn(app, sock, settings)
+        say("replay-server: stopped")
+
+
+def _ready(opened: Opened, settings: Settings, say: Callable[[str], None]
+           ) -> tuple[socket.socket, str]:
+    """The listening socket, once the ready line and the snippet are said."""
     sock, base_url = bind(settings.host, settings.port)
     say(f"replay-server: ready on {base_url}")
     for line in snippet_lines(opened, base_url, openai_python()):
         say(line)
-    if app is None:
-        workers.run(paths, settings, sock)
-        return
-    run_uvicorn(app, sock, settings)
-    say("replay-server: stopped")
+    return sock, base_url

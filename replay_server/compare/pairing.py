@@ -172,6 +172,8 @@ def _one_source(lines: list[Line], index: SavedIndex, label: str) -> tuple[Verdi
     if len(lines) > 1:
         return f"the report has {len(lines)} lines for its request (one per model asked)"
     line = lines[0]
+    if line.status == "forwarded":
+        return "its request went to the upstream (--upstream), not to the saved run"
     if line.status != "hit":
         return f"its request got no saved generation ({line.code or 'a miss'})"
     if len(line.sources) != 1:

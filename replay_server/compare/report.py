@@ -3,7 +3,8 @@
 Each line is one distinct request (`model`, `endpoint`, `prompt`: the key, in hex),
 `"status": "hit"` with `sources` (every saved instance that holds the prompt: `file`,
 `line`, `instance`) and `served` (FILE:LINE (instance) of what answered, per attempt), or
-`"status": "miss"` with the error `code`. A hit line without `sources` was written by an
+`"status": "miss"` with the error `code`, or `"status": "forwarded"` (sent to `--upstream`:
+a judge's request, which pairs nothing). A hit line without `sources` was written by an
 older replay-server and cannot pair anything: it is a bad line, named.
 """
 
@@ -69,8 +70,9 @@ def _line(obj: Any, file: str, number: int) -> tuple[Line, str, str | None]:
     if not isinstance(obj, dict):
         raise LoadError(file, number, "expected a JSON object (a `run --report` line)")
     status, endpoint, prompt = obj.get("status"), obj.get("endpoint"), obj.get("prompt")
-    if status not in ("hit", "miss"):
-        raise LoadError(file, number, "expected \"hit\" or \"miss\"", field="status")
+    if status not in ("hit", "miss", "forwarded"):
+        raise LoadError(file, number, "expected \"hit\", \"miss\" or \"forwarded\"",
+                        field="status")
     if not isinstance(endpoint, str):
         raise LoadError(file, number, "expected the endpoint path", field="endpoint")
     if prompt is not None and not isinstance(prompt, str):

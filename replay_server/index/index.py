@@ -221,11 +221,20 @@ class Index:
                 return next(iter(self.models.values()))
             raise BadRequest("`model` is required: this server holds several models: "
                              + ", ".join(sorted(self.models)), param="model")
+        run = self._named(model)
+        if run is None:
+            raise ModelNotFound(model, sorted(self.models))
+        return run
+
+    def serves(self, model: str) -> bool:
+        """Whether a request naming `model` selects a saved run (its own name, or an alias:
+        `*` makes every name one), by the rules of `select`."""
+        return self._named(model) is not None
+
+    def _named(self, model: str) -> ModelRun | None:
         run = self.models.get(model)
         if run is None:
             run = self.models.get(self.aliases.get(model, self.aliases.get("*", "")))
-        if run is None:
-            raise ModelNotFound(model, sorted(self.models))
         return run
 
     def catalog(self, model: str, kind: str) -> Catalog:

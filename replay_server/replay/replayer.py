@@ -3,7 +3,9 @@
 It parses the request (its API family), picks the saved samples for every prompt (index rules),
 makes the reply, and only then commits the cursor moves and counts the hit, so a failed
 request never consumes a sample and the match is decided before any byte of a stream is
-sent. It also keeps the counters and the recent misses that the status endpoints report,
+sent. A request for a model the saved runs do not have may instead go upstream (a judge:
+`forwards` decides, the web layer forwards, `forwarded` counts); a saved model never does.
+It also keeps the counters and the recent misses that the status endpoints report,
 and logs once every request that gets no saved generation.
 """
 
@@ -13,6 +15,7 @@ import logging
 import time
 from collections import ChainMap
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import quote
 
@@ -92,9 +95,13 @@ class Replayer:
     path of its own, so it counts and serves exactly as every other request does.
     """
 
-    def __init__(self, index: Index, rules: Rules) -> None:
+    def __init__(self, index: Index, rules: Rules,
+                 upstream_models: tuple[str, ...] | None = None) -> None:
         self.index = index
         self.rules = rules
+        # which models may go upstream (shell-style patterns; empty: any the saved runs
+        # lack), or None: no upstream, every request is replayed
+        self.upstream_models = upstream_models
         self.cursors: dict[Any, int] = {}
         self._frames_ok: set[int] = set()  # exchanges whose recorded frames were checked
         self.stats = Stats(index)
@@ -127,6 +134,38 @@ class Replayer:
             for key, selection in zip(request.keys, sent, strict=True):
                 stats.served(run.name, endpoint, key, selection[0][0].where)
         return reply
+
+    def forwards(self, body: bytes) -> str | None:
+        """The model a request names, when it goes upstream instead of being replayed: a
+        model no saved run answers to (by `Index.select`'s rules, aliases included) that
+        `--upstream-models` lets through. A saved model never goes: the candidate is
+        always replayed, strictly."""
+        if self.upstream_models is None:
+            return None
+        model = _named_model(body)
+        if model is None or self.index.serves(model):
+            return None
+        patterns = self.upstream_models
+        if patterns and not any(fnmatchcase(model, p) for p in patterns):
+            return None
+        return model
+
+    def forwarded(self, endpoint: str, body: bytes, model: str, outcome: str,
+                  why: str) -> None:
+        """Count what became of a request that went upstream (the recorder's outcome);
+        a failure is logged once, at WARNING, since it fails `run`."""
+        prompt = None
+        try:
+            request = family_of(endpoint).parse(body)
+            if request.family.chained and request.family.previous_id(request.data) is None:
+                request.key(None)  # (one that continues a turn is keyed by the upstream's)
+            prompt = request.keys[0].hex() if request.keys else None  # (a batch: its first)
+        except ReplayServerError:
+            pass  # the upstream judged the request; its key is only for the report
+        self.stats.forward(model, endpoint, prompt, outcome, why)
+        if outcome not in ("recorded", "abandoned"):
+            log.warning("upstream error (%s) model=%s %s: %s", outcome, model, endpoint,
+                        why.replace("\n", " "))
 
     def _request(self, endpoint: str, body: bytes) -> tuple[ReplayRequest, ModelRun]:
         """The parsed request and the saved run its `model` selects."""
@@ -288,4 +327,5 @@ class Replayer:
                   for k in next(iter(models.values()), {})}
         return {"key_version": keys.KEY_VERSION, "uptime_s": round(time.time() - self.started, 3),
                 "models": models, "totals": totals, "rejected": dict(self.stats.rejected),
-                "aliases": self.index.aliases}
+                "aliases": self.index.aliases,
+                "forwarded": {name: dict(c) for name, c in self.stats.forwarded.items()}}

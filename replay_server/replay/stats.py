@@ -10,6 +10,10 @@ internal error, an unknown /v1 route) is counted as *rejected*, by HTTP status. 
 are also grouped by what was asked, so that a harness's retries count as attempts of one
 failure, not as several.
 
+Requests for a model the saved runs lack that went to an upstream (`--upstream`: a judge)
+are counted apart, per model asked for, by outcome (`FORWARD_OUTCOMES`): never as replayed,
+and every outcome but `saved` and `abandoned` fails `run`.
+
 Under `replay-server run` the stats are the run's verdict (`whole_run`): a reset (`POST
 /replay/reset`, which harnesses send before a second pass) starts the cursors over but
 forgets nothing counted here, so a miss of the first pass still fails the run.
@@ -30,6 +34,13 @@ from ..index.index import Entry, Exchange, Index, Selection, entry_of
 
 # The outcomes counted per model, in the order reports show them.
 OUTCOMES = ("hits", *REPLAY_CODES)
+# What became of a request forwarded upstream (`--upstream`): saved (answered and appended
+# to --out), the upstream's error answer or no answer at all, a stream that broke, an
+# answer that could not be saved; or the client left first (reported, not a failure, as a
+# request cut off in flight is not).
+FORWARD_OUTCOMES = ("saved", "upstream_error", "aborted", "unrecordable", "abandoned")
+FORWARD_FAILURES = ("upstream_error", "aborted", "unrecordable")
+_RECORDER_NAMES = {"recorded": "saved"}  # the recorder's name of an outcome, where it differs
 
 
 @dataclass
@@ -68,6 +79,10 @@ class Stats:
         self.on_error: Callable[[dict[str, Any]], None] | None = None
         # Set by `run`: every pass counts, whatever the resets between them.
         self.whole_run = False
+        # Requests forwarded upstream, per model asked for (`--upstream`), by outcome; the
+        # failures among them, each distinct one with its attempts.
+        self.forwarded: dict[str, Counter[str]] = {}
+        self.forward_failures: dict[tuple[str, str, str], Failure] = {}
 
     def reset(self) -> None:
         """Forget what was counted (`POST /replay/reset`), unless these stats are a whole
@@ -80,6 +95,8 @@ class Stats:
         self.rejected.clear()
         self.misses.clear()
         self.failures.clear()
+        self.forwarded.clear()
+        self.forward_failures.clear()
         self.requests = self.answered = self.resets = 0
         if self.tracked is not None:
             self.tracked.clear()
@@ -134,8 +151,11 @@ class Stats:
     def report_lines(self) -> list[dict[str, Any]]:
         """One line per distinct request: answered (and from which saved records), or
         not (the error, the nearest saved prompt and the structured first difference)."""
-        lines = {k: {**v, "status": "hit", "served": list(v["served"])}
+        lines = {k: {"status": "hit", **v, "served": list(v["served"])}
                  for k, v in (self.tracked or {}).items()}
+        for line in lines.values():
+            if "outcomes" in line:  # forwarded upstream: what became of each attempt
+                line["outcomes"] = dict(line["outcomes"])
         for (model, endpoint, code, what), failure in self.failures.items():
             miss = failure.first
             key = (str(model), endpoint, str(miss.get("prompt") or what))
@@ -147,6 +167,33 @@ class Stats:
                         first_difference=miss.get("first_difference"))
             line["attempts"] += failure.attempts
         return list(lines.values())
+
+    def forward(self, model: str, endpoint: str, prompt: str | None, outcome: str,
+                why: str) -> None:
+        """One request forwarded upstream, and its outcome (the recorder's name for it)."""
+        outcome = _RECORDER_NAMES.get(outcome, outcome)
+        self.forwarded.setdefault(model, Counter())[outcome] += 1
+        if outcome in FORWARD_FAILURES:
+            what = (model, endpoint, prompt or why)
+            now = round(time.time(), 3)
+            failure = self.forward_failures.get(what)
+            if failure is None:
+                self.forward_failures[what] = Failure(
+                    {"time": now, "model": model, "endpoint": endpoint, "code": outcome,
+                     "message": why, "prompt": prompt}, 1, now)
+            else:
+                failure.attempts += 1
+                failure.last_time = now
+        if self.tracked is not None and prompt is not None:
+            line = self.tracked.setdefault((model, endpoint, prompt), {
+                "model": model, "endpoint": endpoint, "prompt": prompt, "attempts": 0,
+                "served": [], "status": "forwarded", "outcomes": Counter()})
+            line["attempts"] += 1
+            line["outcomes"][outcome] += 1
+
+    def forward_failed(self) -> int:
+        """Forwarded requests that failed upstream, retries included."""
+        return sum(f.attempts for f in self.forward_failures.values())
 
     def error(self, model: str | None, endpoint: str, error: ReplayServerError,
               **detail: Any) -> None:
@@ -178,8 +225,10 @@ class Stats:
         return self.index.models[model].samples - self.used_samples[model]
 
     def with_outcome(self) -> int:
-        """Requests that got an answer: from the saved run, an error, or a reset's."""
-        return self.answered + self.failed() + self.resets
+        """Requests that got an answer: from the saved run, an error, a reset's, or one
+        forwarded upstream (whatever became of it)."""
+        return self.answered + self.failed() + self.resets + sum(
+            sum(c.values()) for c in self.forwarded.values())
 
     def in_flight(self) -> int:
         """Requests begun but never decided: their client left (or was stopped) before

@@ -7,13 +7,16 @@ itself. They are also mounted as routes (so a GET on them is a 405, not a 404) a
 documented in the OpenAPI schema. Everything else is ordinary FastAPI, in `routes.py`.
 Every error, whichever layer raises it, leaves as the OpenAI envelope with
 `x-should-retry: false`, and every error sent for a POST or a /v1 route is counted
-(`Stats`), so that `run` fails on it even when the harness swallows it.
+(`Stats`), so that `run` fails on it even when the harness swallows it. With `--upstream`,
+a request for a model the saved runs lack goes to the upstream instead (`upstream.py`).
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,8 +33,10 @@ from ..paths import ENDPOINTS
 from ..replay.replayer import Replayer
 from ..settings import Settings
 from ..wire.families import family_of
+from .recorder import Recorder
 from .routes import router
 from .schema import openapi
+from .upstream import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +64,13 @@ class ReplayEndpoint:
     gets nothing), goes to the Replayer."""
 
     def __init__(self, replayer: Replayer, endpoint: str, max_body: int,
-                 api_key: bytes | None = None) -> None:
+                 api_key: bytes | None = None, upstream: Upstream | None = None) -> None:
         self.replayer = replayer
         self.endpoint = endpoint
         self.envelope = family_of(endpoint).error_body  # the family's own error body
         self.max_body = max_body
         self.api_key = api_key
+        self.upstream = upstream
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.replayer.stats.requests += 1
@@ -81,6 +87,9 @@ class ReplayEndpoint:
                 body = message.get("body", b"")
             if len(body) > self.max_body:
                 raise self._counted(self.too_large(len(body)))
+            if self.upstream is not None and (model := self.replayer.forwards(body)):
+                await self.upstream.forward(scope, receive, send, self.endpoint, body, model)
+                return
             reply = self.replayer.handle(self.endpoint, body)  # counts what it raises
         except ReplayServerError as error:
             status, headers, data = errors.render(error, self.envelope)
@@ -235,16 +244,30 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return _error_response(internal_error(exc))
 
 
-def create_app(settings: Settings, index: Index) -> FastAPI:
-    """The whole server for one loaded index."""
-    replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous))
+def create_app(settings: Settings, index: Index, recorder: Recorder | None = None
+               ) -> FastAPI:
+    """The whole server for one loaded index; with `recorder` (`upstream.recorder_for`),
+    requests for a model the saved runs lack go through it to the upstream (the caller
+    closes its writer; the app, its client)."""
+    replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous),
+                        settings.upstream_patterns() if recorder is not None else None)
+    upstream = Upstream(recorder, replayer) if recorder is not None else None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if recorder is not None:
+            await recorder.close()
+
     # no /docs nor /redoc: FastAPI's pages load their scripts from a CDN, blank offline
     app = ReplayApp(title="replay-server", version=__version__, docs_url=None, redoc_url=None,
-                    description="Replays saved LLM generations over the OpenAI API.")
+                    description="Replays saved LLM generations over the OpenAI API.",
+                    lifespan=lifespan)
     app.state.replayer = replayer
     app.state.settings = settings
+    app.state.recorder = recorder
     api_key = settings.api_key.encode() if settings.api_key else None
-    endpoints = {path: ReplayEndpoint(replayer, path, settings.max_body_size, api_key)
+    endpoints = {path: ReplayEndpoint(replayer, path, settings.max_body_size, api_key, upstream)
                  for path in ENDPOINTS}
     for path, endpoint in endpoints.items():
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))

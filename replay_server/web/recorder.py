@@ -30,6 +30,12 @@
   is decoded before the client sees it.
 - Each recorder process is one run (`source.run`): records of two recording sessions
   appended to one file never form one instance.
+
+`record` puts it in front of everything; `serve`/`run --upstream` send it only the
+requests for a model the saved runs lack (`web.upstream`), through the same `exchange`,
+each with a hook that hears the exchange's outcome. There, a client's stand-in key (none,
+`replay`, the replay server's own key) is replaced by the upstream's (`--upstream-api-key`),
+and the replay server's own key is never sent on.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -60,6 +66,11 @@ from ..wire.sse import Frames, StreamError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# Hears one exchange's outcome (`recorded`, `upstream_error`, `abandoned`, `aborted`,
+# `unrecordable`) and why, as the recorder counts it.
+Outcome = Callable[[str, str], None]
+# Keys that clients send because they must send one: never a credential for an upstream.
+STAND_IN_KEYS = frozenset({"", "replay", "replay-server", "EMPTY"})
 
 # Hop-by-hop and framing headers: recomputed per connection, never forwarded.
 _HOP = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "content-length",
@@ -95,9 +106,15 @@ def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
 
 
 class Recorder:
-    def __init__(self, upstream: str, writer: RecordWriter) -> None:
+    """`upstream_key` replaces a client's stand-in key (`STAND_IN_KEYS`, or `own_key`, the
+    key of the replay server in front); `own_key` is never sent upstream."""
+
+    def __init__(self, upstream: str, writer: RecordWriter, *, upstream_key: str | None = None,
+                 own_key: str | None = None) -> None:
         self.upstream = upstream.rstrip("/").removesuffix("/v1")
         self.writer = writer
+        self.upstream_key = upstream_key
+        self.own_key = own_key
         self.run = f"record-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.counts: Counter[str] = Counter()
         self.client = httpx.AsyncClient(base_url=self.upstream, timeout=httpx.Timeout(
@@ -111,74 +128,112 @@ class Recorder:
                 f"the client: {c['abandoned']}, failed streams: {c['aborted']}, not "
                 f"recordable: {c['unrecordable']}")
 
+    def tally(self, outcome: str, why: str = "", hook: Outcome | None = None) -> None:
+        """Count one exchange's outcome, and tell the exchange's hook."""
+        self.counts[outcome] += 1
+        if hook is not None:
+            hook(outcome, why)
+
     async def _save(self, path: str, request: dict[str, Any], response: dict[str, Any],
-                    frames: list[str] | None = None) -> None:
+                    frames: list[str] | None = None, hook: Outcome | None = None) -> None:
         try:
             lines = records_for(path, request, response, self.upstream, self.run, frames)
         except (LoadError, ValueError) as e:
-            self.counts["unrecordable"] += 1
             log.warning("not recorded (%s): %s", path, e)
+            self.tally("unrecordable", f"the answer cannot be saved: {e}", hook)
             return
         await self.writer.append(lines)
-        self.counts["recorded"] += 1
         self.counts["records"] += lines.count(b"\n")
+        self.tally("recorded", "", hook)
 
     async def forward(self, request: Request) -> Response:
-        path = request.url.path
-        body = await request.body()
-        headers = _forward_headers(request.headers)
+        return await self.exchange(request.method, request.url.path, request.headers,
+                                   str(request.query_params), await request.body(),
+                                   request.receive)
+
+    def headers(self, client: Mapping[str, str]) -> dict[str, str]:
+        """The headers sent upstream: the client's, less hop-by-hop ones, with the
+        credential the upstream gets (`authorization`)."""
+        headers = _forward_headers(client)
+        sent = None
+        for name in [k for k in headers if k.lower() == "authorization"]:
+            sent = headers.pop(name)
+        if (value := self.authorization(sent)) is not None:
+            headers["authorization"] = value
         headers["accept-encoding"] = "identity"
+        return headers
+
+    def authorization(self, sent: str | None) -> str | None:
+        """The Authorization value for the upstream, given the client's (None: none)."""
+        token = sent.removeprefix("Bearer").strip() if sent is not None else ""
+        own = self.own_key is not None and token == self.own_key
+        if sent is not None and token not in STAND_IN_KEYS and not own:
+            return sent
+        if self.upstream_key is not None:
+            return f"Bearer {self.upstream_key}"
+        return None if own else sent
+
+    async def exchange(self, method: str, path: str, client_headers: Mapping[str, str],
+                       params: str, body: bytes, receive: Receive,
+                       hook: Outcome | None = None) -> Response:
+        """Forward one request, whose body was read whole; a replay endpoint's answer that
+        reaches the client whole is saved before its end goes out. `receive` tells when
+        the client leaves; `hook` hears the outcome."""
+        headers = self.headers(client_headers)
         parsed = _json_object(body)
         gone = asyncio.Event()
-        watcher = asyncio.create_task(_watch_disconnect(request.receive, gone))
+        watcher = asyncio.create_task(_watch_disconnect(receive, gone))
         try:
             reply = await _unless_gone(self.client.send(self.client.build_request(
-                request.method, path, content=body, headers=headers,
-                params=request.query_params), stream=True), gone)
+                method, path, content=body, headers=headers, params=params), stream=True), gone)
         except httpx.HTTPError as e:
             watcher.cancel()
-            self.counts["upstream_error"] += 1
+            self.tally("upstream_error", f"unreachable: {type(e).__name__}: {e}", hook)
             return _unreachable(self.upstream, e)
         if reply is None:
             watcher.cancel()
-            return self._abandoned(path)
+            return self._abandoned(path, hook)
         out_headers = _forward_headers(reply.headers)
-        recordable = request.method == "POST" and path in ENDPOINTS and parsed is not None \
+        recordable = method == "POST" and path in ENDPOINTS and parsed is not None \
             and reply.status_code == 200
         if recordable and parsed is not None and parsed.get("stream") is True:
             watcher.cancel()  # the relay watches the client itself
-            return _Relay(self, path, parsed, reply, out_headers)
+            return _Relay(self, path, parsed, reply, out_headers, hook)
         try:
             content = await _unless_gone(reply.aread(), gone)
         except httpx.HTTPError as e:
             watcher.cancel()
-            self.counts["upstream_error"] += 1
+            self.tally("upstream_error", f"broken answer: {type(e).__name__}: {e}", hook)
             return _unreachable(self.upstream, e)
         finally:
             await reply.aclose()
         watcher.cancel()
         if content is None or gone.is_set():
-            return self._abandoned(path)
+            return self._abandoned(path, hook)
         if not recordable:
-            if path in ENDPOINTS and request.method == "POST":
-                self.counts["upstream_error" if reply.status_code != 200 else "unrecordable"] += 1
+            if path in ENDPOINTS and method == "POST":
+                if reply.status_code != 200:
+                    self.tally("upstream_error", f"HTTP {reply.status_code}: "
+                               f"{content[:200].decode('utf-8', 'replace')}", hook)
+                else:
+                    self.tally("unrecordable", "the request is not a JSON object", hook)
             else:
-                self.counts["forwarded"] += 1
+                self.tally("forwarded", "", hook)
         elif (answer := _json_object(content)) is None:
-            self.counts["unrecordable"] += 1
+            self.tally("unrecordable", "the answer is not a JSON object", hook)
         else:
-            await self._save(path, parsed or {}, answer)
+            await self._save(path, parsed or {}, answer, hook=hook)
         return Response(content, reply.status_code, out_headers)
 
-    def _abandoned(self, path: str) -> Response:
+    def _abandoned(self, path: str, hook: Outcome | None) -> Response:
         """The client left before its answer was complete: nothing is saved."""
-        self.counts["abandoned"] += 1
         log.info("not recorded (%s): the client left before the answer was complete", path)
+        self.tally("abandoned", "the client left before the answer was complete", hook)
         return Response(status_code=499)
 
     async def save_stream(self, path: str, request: dict[str, Any],
-                          aggregator: Aggregator, frames: Frames, ended: bool = False
-                          ) -> bool:
+                          aggregator: Aggregator, frames: Frames, ended: bool = False,
+                          hook: Outcome | None = None) -> bool:
         """Save a finished stream, with its frames as sent; once begun, the save completes
         even if cancelled. `ended`: the upstream's body ended cleanly before `[DONE]` (a
         chat or completion stream is then whole if each choice the request asked for came
@@ -195,7 +250,7 @@ class Recorder:
         texts = frames.texts()
         if texts is None:
             log.warning("stream (%s) saved without its frames: they are not UTF-8", path)
-        await asyncio.shield(self._save(path, request, response, texts))
+        await asyncio.shield(self._save(path, request, response, texts, hook))
         return True
 
     async def close(self) -> None:
@@ -208,13 +263,15 @@ class _Relay(Response):
     unless the stream broke, was cut short, or the client left before its end."""
 
     def __init__(self, recorder: Recorder, path: str, request: dict[str, Any],
-                 reply: httpx.Response, headers: dict[str, str]) -> None:
+                 reply: httpx.Response, headers: dict[str, str], hook: Outcome | None
+                 ) -> None:
         # Not Response.__init__: that would add a content-length to a stream.
         self.status_code = reply.status_code
         self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
                             for k, v in headers.items()]
         self.background = None
         self.recorder, self.path, self.request, self.reply = recorder, path, request, reply
+        self.hook = hook
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = asyncio.Event()
@@ -230,8 +287,8 @@ class _Relay(Response):
                     try:
                         frames.feed(chunk)
                         if aggregator.feed(chunk) and not gone.is_set():
-                            saved = await self.recorder.save_stream(self.path, self.request,
-                                                                    aggregator, frames)
+                            saved = await self.recorder.save_stream(
+                                self.path, self.request, aggregator, frames, hook=self.hook)
                             broken = not saved
                     except StreamError as e:
                         log.warning("stream not recorded (%s): %s", self.path, e)
@@ -242,8 +299,9 @@ class _Relay(Response):
             else:
                 if not (saved or broken or gone.is_set()):
                     # the body ended cleanly without `[DONE]`: saved if it was whole
-                    saved = await self.recorder.save_stream(self.path, self.request,
-                                                            aggregator, frames, ended=True)
+                    saved = await self.recorder.save_stream(
+                        self.path, self.request, aggregator, frames, ended=True,
+                        hook=self.hook)
                 await send({"type": "http.response.body", "body": b""})
         except (OSError, httpx.HTTPError) as e:
             log.warning("stream relay broken (%s): %s: %s", self.path, type(e).__name__, e)
@@ -251,7 +309,10 @@ class _Relay(Response):
             watcher.cancel()
             await self.reply.aclose()
             if not saved:
-                self.recorder.counts["abandoned" if gone.is_set() else "aborted"] += 1
+                self.recorder.tally(*(("abandoned", "the client left before the stream's end")
+                                      if gone.is_set() else
+                                      ("aborted", "the upstream's stream broke or was cut "
+                                       "short, or cannot be saved")), self.hook)
 
 
 def _choices_asked(path: str, request: dict[str, Any]) -> int:

@@ -5,9 +5,7 @@ partials, one by one (a replay that sent a field in one piece would give fewer).
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,13 +19,12 @@ from replay_server.saved.writer import RecordWriter
 from replay_server.web.recorder import Recorder, create_record_app
 from tests.fakemodel.server import create_app as fake_model
 from tests.harnesses.commands import offline_env
-from tests.support import running, serving
+from tests.support import running, serving, venv_python
 
 pytestmark = [pytest.mark.harness, pytest.mark.http]
 CLIENTS = Path(__file__).parent
 MODEL = "tiny-model"
 INSTRUCTOR = "instructor==1.17.0"
-INSTRUCTOR_VENV = Path.home() / ".cache" / "replay-server" / "instructor-venv"
 
 
 @pytest.fixture(scope="module")
@@ -106,22 +103,9 @@ def test_dspy_streamify_gets_as_many_chunks(upstream: str, tmp_path: Path) -> No
 
 
 def instructor_python() -> str:
-    """The python of a venv with instructor (created once per machine, then reused):
-    instructor holds openai and jiter back below what the project's other clients need.
-    Made under a lock: test runs of other checkouts on the machine share it."""
-    python = INSTRUCTOR_VENV / "bin" / "python"
-    marker = INSTRUCTOR_VENV / f".installed-{INSTRUCTOR}"
-    INSTRUCTOR_VENV.parent.mkdir(parents=True, exist_ok=True)
-    with open(INSTRUCTOR_VENV.parent / "instructor-venv.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not marker.exists():
-            subprocess.run([sys.executable, "-m", "venv", "--clear", str(INSTRUCTOR_VENV)],
-                           check=True, timeout=300)
-            subprocess.run([str(python), "-m", "pip", "install", "--quiet",
-                            "--disable-pip-version-check", INSTRUCTOR], check=True,
-                           timeout=900, env={**os.environ, "PIP_NO_INPUT": "1"})
-            marker.touch()
-    return str(python)
+    """instructor holds openai and jiter back below what the project's other clients need:
+    a venv of its own."""
+    return venv_python("instructor-venv", INSTRUCTOR)
 
 
 def test_instructor_create_partial_gets_as_many_partials(upstream: str, tmp_path: Path

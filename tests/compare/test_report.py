@@ -52,11 +52,26 @@ def test_compare_reads_the_report_by_endpoint_and_prompt(tmp_path: Path) -> None
     assert line.status == "hit" and str(line.sources[0]).endswith("saved.jsonl:3 (t:2)")
 
 
+def test_a_request_forwarded_upstream_is_a_report_line_that_compare_reads(
+        tmp_path: Path) -> None:
+    path = _report(tmp_path, "2+2?")
+    replayer = Replayer(build([chat_record("2+2?", chat_response("4"))]), Rules(), ())
+    replayer.stats.tracked = {}
+    body = orjson.dumps({"model": "judge", "messages": user("grade 4")})
+    assert replayer.forwards(body) == "judge"
+    replayer.forwarded("/v1/chat/completions", body, "judge", "recorded", "")
+    write_report(path, replayer)
+    (line,) = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    assert line["status"] == "forwarded" and line["outcomes"] == {"saved": 1}
+    (read,) = [lines[0] for lines in read_report(path).lines.values()]
+    assert read.status == "forwarded" and read.sources == []
+
+
 @pytest.mark.parametrize(("text", "error"), [
     ('{"status": "hit", "endpoint": "/v1/chat/completions", "prompt": "ab", "served": []}',
      "report.jsonl:1: field `sources`: missing: which saved instances answered"),
     ('{"status": "maybe", "endpoint": "/v1/chat/completions"}',
-     "report.jsonl:1: field `status`: expected \"hit\" or \"miss\""),
+     "report.jsonl:1: field `status`: expected \"hit\", \"miss\" or \"forwarded\""),
     ('[1, 2]', "report.jsonl:1: expected a JSON object"),
     ('{"status": "miss", "endpoint": "/v1/chat', "report.jsonl:1: the last line is cut short"),
 ])

@@ -116,8 +116,40 @@ CHAT_PHRASINGS = [
 ]
 
 
+SUBMISSION_RE = re.compile(r"\[Submission\]:(.*?)\*{3}", re.S)
+CRITERION_RE = re.compile(r"\[(?:Criterion|Expert)\]:(.*?)\*{3}", re.S)
+
+
+ACTUAL_RE = re.compile(r"Actual Output:\n(.*?) \n\n", re.S)
+EXPECTED_RE = re.compile(r"Expected Output:\n(.*?) \n\n", re.S)
+
+
+def judge_answer(key: str, text: str) -> str | None:
+    """A grader's verdict when `text` asks for one. inspect_ai's model-graded templates ask
+    for `GRADE: $LETTER`: C when the criterion's (or the expert's) text is in the
+    submission, else I (without those parts: C or I by the prompt's hash). deepeval's GEval
+    asks for JSON with a `score` from 0 to 10 after its `Evaluation Steps:`: 10 when the
+    expected output's text is in the actual output, else 0."""
+    if "Evaluation Steps:" in text and '"score"' in text:
+        actual, expected = ACTUAL_RE.search(text), EXPECTED_RE.search(text)
+        meets = actual is not None and expected is not None and \
+            bool(expected[1].strip()) and expected[1].strip() in actual[1]
+        reason = "The actual output " + ("states" if meets else "lacks") + " the expected value."
+        return json.dumps({"reason": reason, "score": 10 if meets else 0})
+    if "GRADE: $LETTER" not in text:
+        return None
+    submission, criterion = SUBMISSION_RE.search(text), CRITERION_RE.search(text)
+    if submission is None or criterion is None:
+        return "GRADE: " + ("C" if _sha(key)[0] < RIGHT_THRESHOLD else "I")
+    meets = bool(criterion[1].strip()) and criterion[1].strip() in submission[1]
+    return (f"The submission {'meets' if meets else 'misses'} the criterion.\n\n"
+            f"GRADE: {'C' if meets else 'I'}")
+
+
 def chat_answer(key: str, k: int, text: str) -> tuple[str | None, str]:
     """(reasoning or None, content) for a chat prompt whose last user text is `text`."""
+    if (verdict := judge_answer(key, text)) is not None:
+        return None, verdict
     h = _sha(f"{key}|{k}")
     q = find_question(text)
     if q is None:

@@ -1,0 +1,115 @@
+"""`replay-server run|serve --upstream URL --out FILE`: the judge forwarded and saved,
+counted apart from the replay, and failing the run when it fails upstream."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.fakemodel.server import create_app as fake_model
+from tests.support import running, spawn
+
+pytestmark = pytest.mark.http
+ROOT = Path(__file__).parents[2]
+SAVED = ROOT / "examples"
+JUDGE = "judge-model"
+# the candidate's saved prompt, then the judge's new one; errors swallowed, as harnesses do
+ASK = """
+import sys, openai
+client = openai.OpenAI(max_retries=0)
+def chat(model, text):
+    try:
+        r = client.chat.completions.create(model=model, temperature=0,
+                                           messages=[{"role": "user", "content": text}])
+        return r.choices[0].message.content
+    except openai.APIError as e:
+        return "error " + str(getattr(e, "status_code", "connection"))
+print(repr(chat("demo/tiny-chat-model", "Write a haiku about rescoring.")))
+GRADE = "[Submission]: The answer is 7. *** [Criterion]: 7 *** GRADE: $LETTER"
+print(repr(chat(sys.argv[1], GRADE)))
+"""
+
+
+def run(*args: str, judge: str = JUDGE) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "replay_server", "run", str(SAVED), *args,
+                           "--allow-unused", "--log-level", "warning", "--", sys.executable,
+                           "-c", ASK, judge], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+
+
+@pytest.fixture
+def judge(tmp_path: Path) -> Iterator[str]:
+    with running(fake_model([JUDGE], str(tmp_path / "wire.jsonl"))) as url:
+        yield url
+
+
+def test_a_judge_is_forwarded_saved_reported_and_replayed_the_next_time(
+        judge: str, tmp_path: Path) -> None:
+    out, report = tmp_path / "judge.jsonl", tmp_path / "report.jsonl"
+    live = run("--upstream", judge, "--out", str(out), "--report", str(report))
+    assert live.returncode == 0, live.stderr
+    answers = live.stdout.splitlines()
+    assert answers[1].endswith("GRADE: C'")
+    assert "1 answered from the saved run, 0 got no saved generation, 1 forwarded " \
+        "upstream" in live.stderr
+    assert f"model {JUDGE} (forwarded upstream, not replayed): 1 exchanges answered and " \
+        "saved; failures: none" in live.stderr
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    assert sorted(line["status"] for line in lines) == ["forwarded", "hit"]
+    (forwarded,) = [line for line in lines if line["status"] == "forwarded"]
+    assert forwarded["model"] == JUDGE and forwarded["outcomes"] == {"saved": 1}
+    replayed = run(str(out), "--report", str(report))
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout.splitlines() == answers
+    assert "forwarded upstream" not in replayed.stderr
+    changed = run(str(out), judge="judge-model-2")
+    assert changed.returncode == 3 and changed.stdout.splitlines()[1] == "'error 404'"
+
+
+def test_an_unreachable_upstream_fails_the_run_with_its_own_status(tmp_path: Path) -> None:
+    result = run("--upstream", "http://127.0.0.1:9", "--out", str(tmp_path / "judge.jsonl"))
+    assert result.returncode == 6, result.stderr
+    assert result.stdout.splitlines()[1] == "'error 502'"
+    assert "warning: cannot reach the upstream http://127.0.0.1:9" in result.stderr
+    assert f"- [upstream_error] /v1/chat/completions model={JUDGE}: unreachable: " \
+        "ConnectError" in result.stderr
+    assert "1 distinct request(s) forwarded upstream got no answer to save" in result.stderr
+
+
+def test_a_saved_models_miss_under_an_upstream_is_a_replay_miss(
+        judge: str, tmp_path: Path) -> None:
+    result = run("--upstream", judge, "--out", str(tmp_path / "judge.jsonl"),
+                 judge="demo/tiny-chat-model")
+    assert result.returncode == 3, result.stderr
+    assert result.stdout.splitlines()[1] == "'error 400'"
+    assert not (tmp_path / "wire.jsonl").exists()  # the judge was never asked
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--upstream", "http://127.0.0.1:9"], "--upstream and --out go together"),
+    (["--upstream", "http://127.0.0.1:9", "--out", "examples/demo-run.jsonl"],
+     "is one of the inputs"),
+])
+def test_an_upstream_that_cannot_be_saved_is_a_bad_option(args: list[str],
+                                                          message: str) -> None:
+    result = run(*args)
+    assert result.returncode == 2 and message in result.stderr
+
+
+def test_serve_forwards_a_judge_and_says_what_it_saved(judge: str, tmp_path: Path) -> None:
+    out = tmp_path / "judge.jsonl"
+    with spawn("serve", str(SAVED), "--upstream", judge, "--out", str(out)) as server:
+        with openai.OpenAI(base_url=server.url, api_key="replay", max_retries=0) as client:
+            reply = client.chat.completions.create(model=JUDGE, messages=[
+                {"role": "user", "content": "What is 1 + 1?"}])
+        assert server.stop() == 0
+    assert reply.choices[0].message.content is not None
+    assert f"go to {judge.removesuffix('/v1')}, saved to {out}" in server.output
+    assert f"upstream: recorded 1 exchanges (1 records) to {out}" in server.output
+    assert json.loads(out.read_text())["model"] == JUDGE

@@ -1,0 +1,213 @@
+"""The judge path (`--upstream URL --out FILE`): a model the saved runs lack goes upstream
+and is saved; a saved model never does; the next rescoring replays the judge."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from replay_server.commands.serve import open_run
+from replay_server.settings import Settings
+from replay_server.web.app import create_app
+from replay_server.web.upstream import recorder_for
+from tests.fakemodel.server import create_app as fake_model
+from tests.support import assert_error, chat_record, chat_response, running, write_jsonl
+
+pytestmark = pytest.mark.http
+CANDIDATE = "test/model"
+JUDGE = "judge-model"
+SAVED_PROMPT = "What is 2 + 3?"
+GRADE = "[Submission]: The answer is 5. *** [Criterion]: 5 *** GRADE: $LETTER"
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> Path:
+    return write_jsonl(tmp_path / "candidate.jsonl",
+                       [chat_record(SAVED_PROMPT, chat_response("The answer is 5."))])
+
+
+@pytest.fixture
+def wire(tmp_path: Path) -> Path:
+    """What the upstream was asked, one JSON line per request (the fake model's log)."""
+    return tmp_path / "upstream-wire.jsonl"
+
+
+@pytest.fixture
+def judge(wire: Path) -> Iterator[str]:
+    with running(fake_model([JUDGE], log_path=str(wire))) as url:
+        yield url
+
+
+@contextmanager
+def replaying(paths: list[Path], **settings: Any) -> Iterator[tuple[openai.OpenAI, Any]]:
+    """The replay server as `serve` builds it (with its upstream when asked), on a real
+    uvicorn; an openai client for it, and the app."""
+    chosen = Settings(**settings)
+    opened = open_run(paths, chosen)
+    recorder = recorder_for(chosen)
+    app = create_app(chosen, opened.index, recorder)
+    try:
+        with running(app) as url, openai.OpenAI(base_url=url, api_key="replay",
+                                                max_retries=0) as client:
+            yield client, app
+    finally:
+        if recorder is not None:
+            recorder.writer.close()
+
+
+def ask(client: openai.OpenAI, model: str, text: str, **kw: Any) -> str | None:
+    reply = client.chat.completions.create(model=model, messages=[{"role": "user",
+                                                                   "content": text}], **kw)
+    content: str | None = reply.choices[0].message.content
+    return content
+
+
+def asked(wire: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in wire.read_text().splitlines()] if wire.exists() else []
+
+
+def test_a_judge_goes_upstream_is_saved_and_replays_the_next_time(
+        saved: Path, judge: str, wire: Path, tmp_path: Path) -> None:
+    out = tmp_path / "judge.jsonl"
+    with replaying([saved], upstream=judge, out=str(out)) as (client, app):
+        assert ask(client, CANDIDATE, SAVED_PROMPT) == "The answer is 5."
+        verdict = ask(client, JUDGE, GRADE, temperature=0)
+        status = httpx.get(str(client.base_url).removesuffix("/v1/") + "/replay/status").json()
+    assert verdict is not None and verdict.endswith("GRADE: C")
+    assert [r["request"]["model"] for r in asked(wire)] == [JUDGE]
+    assert status["forwarded"] == {JUDGE: {"saved": 1}}
+    assert status["models"][CANDIDATE]["hits"] == 1
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["model"] == JUDGE and record["source"]["upstream"] in judge
+    # the next rescoring: no upstream, the judge replays like any saved model
+    wire.unlink()
+    with replaying([saved, out]) as (client, _):
+        assert ask(client, JUDGE, GRADE, temperature=0) == verdict
+        with pytest.raises(openai.BadRequestError) as changed_prompt:
+            ask(client, JUDGE, GRADE.replace("5.", "6."), temperature=0)
+        with pytest.raises(openai.NotFoundError):
+            ask(client, "another-judge", GRADE, temperature=0)
+    assert changed_prompt.value.code == "replay_no_match"
+    assert asked(wire) == []
+
+
+def test_a_saved_models_miss_is_never_forwarded(saved: Path, judge: str, wire: Path,
+                                                tmp_path: Path) -> None:
+    out = tmp_path / "judge.jsonl"
+    with replaying([saved], upstream=judge, out=str(out)) as (client, app):
+        with pytest.raises(openai.BadRequestError) as miss:
+            ask(client, CANDIDATE, "What is 2 + 4?")
+        response = httpx.post(f"{client.base_url}chat/completions", json={
+            "model": CANDIDATE, "messages": [{"role": "user", "content": "What is 7 + 1?"}]})
+    assert miss.value.code == "replay_no_match"
+    assert_error(response, 400, "replay_no_match")
+    assert asked(wire) == [] and out.read_bytes() == b""
+    assert app.state.replayer.stats.forwarded == {}
+
+
+def test_an_alias_is_a_saved_model_and_the_patterns_limit_what_goes(
+        saved: Path, judge: str, wire: Path, tmp_path: Path) -> None:
+    out = tmp_path / "judge.jsonl"
+    with replaying([saved], upstream=judge, out=str(out), model_alias=("*=test/model",)) \
+            as (client, _):
+        with pytest.raises(openai.BadRequestError):
+            ask(client, JUDGE, GRADE)  # `*` makes every name the saved model: replayed
+    with replaying([saved], upstream=judge, out=str(out), upstream_models="gpt-*,judge-*") \
+            as (client, _):
+        with pytest.raises(openai.NotFoundError):
+            ask(client, "other-model", GRADE)
+        ask(client, JUDGE, GRADE)
+    assert [r["request"]["model"] for r in asked(wire)] == [JUDGE]
+
+
+def test_a_streamed_judge_is_saved_with_its_frames_and_replayed_streamed(
+        saved: Path, judge: str, tmp_path: Path) -> None:
+    out = tmp_path / "judge.jsonl"
+
+    def streamed(client: openai.OpenAI) -> str:
+        chunks = client.chat.completions.create(
+            model=JUDGE, stream=True, messages=[{"role": "user", "content": GRADE}])
+        return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+    with replaying([saved], upstream=judge, out=str(out)) as (client, _):
+        live = streamed(client)
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["stream"] and live.endswith("GRADE: C")
+    with replaying([saved, out]) as (client, _):
+        assert streamed(client) == live
+
+
+def test_an_upstream_error_passes_through_and_is_counted_not_saved(
+        saved: Path, tmp_path: Path) -> None:
+    out = tmp_path / "judge.jsonl"
+
+    async def refuse(request: Request) -> Response:
+        return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+
+    with running(Starlette(routes=[Route("/v1/chat/completions", refuse, methods=["POST"])])) \
+            as upstream, replaying([saved], upstream=upstream, out=str(out)) as (client, app):
+        with pytest.raises(openai.InternalServerError):
+            ask(client, JUDGE, GRADE)
+    stats = app.state.replayer.stats
+    assert stats.forwarded == {JUDGE: {"upstream_error": 1}}
+    assert [f.first["message"] for f in stats.forward_failures.values()] == \
+        ['HTTP 503: {"error":{"message":"overloaded"}}']
+    assert out.read_bytes() == b""
+
+
+class Keys:
+    """An upstream that keeps the Authorization header of each request it gets."""
+
+    def __init__(self) -> None:
+        self.seen: list[str | None] = []
+
+    async def chat(self, request: Request) -> Response:
+        self.seen.append(request.headers.get("authorization"))
+        return JSONResponse(chat_response("GRADE: C"))
+
+
+def test_the_upstream_key_replaces_a_stand_in_and_is_never_written(
+        saved: Path, tmp_path: Path) -> None:
+    keys = Keys()
+    out = tmp_path / "judge.jsonl"
+    app = Starlette(routes=[Route("/v1/chat/completions", keys.chat, methods=["POST"])])
+    with running(app) as upstream:
+        with replaying([saved], upstream=upstream, out=str(out),
+                       upstream_api_key="sk-judge") as (client, _):
+            ask(client, JUDGE, GRADE)  # the stand-in key "replay"
+            ask(client.with_options(api_key="sk-the-clients-own"), JUDGE, GRADE)
+        with replaying([saved], upstream=upstream, out=str(out), api_key="own-key") \
+                as (client, _):
+            ask(client.with_options(api_key="own-key"), JUDGE, GRADE)
+    assert keys.seen == ["Bearer sk-judge", "Bearer sk-the-clients-own", None]
+    written = out.read_text()
+    assert written.count("\n") == 3
+    assert not any(k in written for k in ("sk-judge", "sk-the-clients-own", "own-key"))
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"upstream": "http://127.0.0.1:9"}, "--upstream and --out go together"),
+    ({"out": "judge.jsonl"}, "--upstream and --out go together"),
+    ({"upstream_api_key": "k"}, "need --upstream"),
+    ({"upstream": "http://x", "out": "o", "workers": 2}, "one worker"),
+])
+def test_upstream_settings_that_cannot_work_are_refused(settings: dict[str, Any],
+                                                        message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Settings(**settings)
+
+
+def test_the_upstream_key_is_not_in_the_settings_repr() -> None:
+    assert "sk-secret" not in repr(Settings(upstream="http://x", out="o",
+                                            upstream_api_key="sk-secret"))
