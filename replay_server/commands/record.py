@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..saved.writer import RecordWriter
 from ..settings import Settings
-from ..web.listen import bind, run_uvicorn, sigterm_as_interrupt
+from ..web.listen import bind, loaded, run_uvicorn, stop_signals
 from ..web.recorder import Recorder, create_record_app, probe
 
 
@@ -16,7 +16,7 @@ def record(upstream: str, out: Path, host: str, port: int, log_level: str,
            say: Callable[[str], None]) -> None:
     """Run the recording proxy until interrupted (SIGINT or SIGTERM), then say what was
     recorded."""
-    with sigterm_as_interrupt():
+    with stop_signals():
         _record(upstream, out, host, port, log_level, say)
 
 
@@ -35,6 +35,7 @@ def _record(upstream: str, out: Path, host: str, port: int, log_level: str,
             # the model server may still be starting: the proxy serves all the same
             say(f"warning: cannot reach the upstream {recorder.upstream} ({why}); the "
                 "recorder keeps serving, and answers 502 until the upstream answers")
+        loaded()
         say(f"replay-server record: ready on {base_url}")
         say(f"  export OPENAI_BASE_URL={base_url}")
         run_uvicorn(app, sock, Settings(log_level=log_level))

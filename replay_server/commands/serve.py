@@ -23,7 +23,7 @@ from ..saved.loader import Plan
 from ..settings import Settings
 from ..web import workers
 from ..web.app import create_app
-from ..web.listen import bind, run_uvicorn, sigterm_as_interrupt
+from ..web.listen import bind, loaded, run_uvicorn, stop_signals
 from ..web.recorder import Recorder, probe
 from ..web.upstream import recorder_for
 from ..wire.families import family_of
@@ -137,7 +137,7 @@ def _client_lines(line: str, data: str, python: str | None) -> list[str]:
 def serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str], None]) -> None:
     """Load, then serve until interrupted (SIGINT or SIGTERM); `say` tells the user what
     was loaded and, once the socket listens, where to point clients."""
-    with sigterm_as_interrupt():
+    with stop_signals():
         _serve(paths, settings, say)
 
 
@@ -146,13 +146,13 @@ def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str],
     opened = open_run(paths, settings)
     for line in opened.report:
         say(line)
-    # Everything is built before the ready line: a SIGTERM right after it then lands in
-    # uvicorn's start, never in building the app (where Python 3.11 turns the interrupt it
-    # raises, if it comes during an eval, into an exit by SIGINT).
+    # Everything is built before the ready line: from there on a signal only asks the
+    # server to stop (listen.loaded), which it does as soon as uvicorn has started.
     if settings.workers > 1:
         workers.check(opened.index, settings)
         sock, base_url = _ready(opened, settings, say)
         workers.run(paths, settings, sock)
+        say("replay-server: stopped")
         return
     with upstream_of(opened, settings, say) as recorder:
         app = create_app(settings, opened.index, recorder)
@@ -170,6 +170,7 @@ def _ready(opened: Opened, settings: Settings, say: Callable[[str], None]
            ) -> tuple[socket.socket, str]:
     """The listening socket, once the ready line and the snippet are said."""
     sock, base_url = bind(settings.host, settings.port)
+    loaded()
     say(f"replay-server: ready on {base_url}")
     for line in snippet_lines(opened, base_url, openai_python()):
         say(line)

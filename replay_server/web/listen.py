@@ -66,52 +66,64 @@ def uvicorn_config(app: Any, log_level: str, access_log: bool,
 
 
 class _Stop:
-    """Whether uvicorn is serving (it then handles SIGTERM itself), and whether a SIGTERM
-    came while it was starting."""
+    """What SIGINT and SIGTERM asked while `stop_signals` lasts."""
 
-    serving = False
+    loading = True  # until `loaded`: a signal interrupts what is being done
     requested = False
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    if not _Stop.serving:
-        raise KeyboardInterrupt  # loading: stop now, as Ctrl-C does
-    _Stop.requested = True  # uvicorn drains and returns, or is told to at startup
+def _on_signal(signum: int, frame: Any) -> None:
+    _Stop.requested = True
+    if _Stop.loading:
+        raise KeyboardInterrupt  # loading: stop now
 
 
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops the command as SIGINT does, while this lasts: before serving it
-    raises KeyboardInterrupt; while uvicorn serves, uvicorn drains the requests in flight
-    and returns, and the caller finishes its work (a summary, exit status 0) rather than
-    being killed by the signal uvicorn raises again. No exception is ever raised from the
-    handler while the event loop runs."""
+def stop_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM stop the command, while this lasts. While it loads, a signal
+    raises KeyboardInterrupt; from `loaded` on (the ready line), it only asks the server to
+    stop: uvicorn, once serving, drains the requests in flight and returns, and the caller
+    finishes its work (a summary, exit status 0). Only a request, never an exception,
+    once loaded: Python drops an exception that a signal raises inside a collector's
+    callback, which left a server serving on after its Ctrl-C."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signals are the main thread's
         return
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    _Stop.loading, _Stop.requested = True, False
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def loaded() -> None:
+    """From here on, a signal asks the server to stop (`stop_requested`) rather than
+    interrupting: called before the ready line."""
+    _Stop.loading = False
+
+
+def stop_requested() -> bool:
+    """Whether SIGINT or SIGTERM came (while `stop_signals` lasts)."""
+    return _Stop.requested
 
 
 class _Server(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
-        if _Stop.requested:  # a SIGTERM before uvicorn took the signal over
+        if _Stop.requested:  # a signal before uvicorn took the signals over
             self.should_exit = True
 
 
 def run_uvicorn(app: Any, sock: socket.socket, settings: Settings) -> None:
-    """Serve until SIGINT or SIGTERM; in-flight requests are drained first."""
-    _Stop.serving = True  # a SIGTERM from here on stops uvicorn as soon as it has started
-    try:
-        config = uvicorn_config(app, settings.log_level, settings.access_log,
-                                settings.read_timeout)
-        _Server(config).run(sockets=[sock])
-    finally:
-        _Stop.serving = False
+    """Serve until SIGINT or SIGTERM (one that came already, since `loaded`, included);
+    in-flight requests are drained first."""
+    if _Stop.requested:
+        return
+    config = uvicorn_config(app, settings.log_level, settings.access_log,
+                            settings.read_timeout)
+    _Server(config).run(sockets=[sock])
 
 
 GRACE_S = 10.0  # how long a server in a thread has to drain before it is left

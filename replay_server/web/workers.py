@@ -26,6 +26,7 @@ import threading
 from collections.abc import Sequence
 from multiprocessing.connection import wait
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -34,7 +35,7 @@ from ..index.file import StoredIndex
 from ..index.index import Index
 from ..settings import Settings
 from .app import create_app
-from .listen import uvicorn_config
+from .listen import stop_requested, uvicorn_config
 
 GRACE_S = 40.0  # a worker drains for up to 30 s (uvicorn_config) before it is killed
 
@@ -53,8 +54,8 @@ def check(index: Index, settings: Settings) -> None:
 
 def run(paths: Sequence[str | Path], settings: Settings, sock: socket.socket) -> None:
     """Serve with `settings.workers` processes on a socket bound by the caller, until
-    interrupted (KeyboardInterrupt, as `sigterm_as_interrupt` turns SIGTERM into) or until
-    a worker dies (ChildProcessError)."""
+    SIGINT or SIGTERM (`listen.stop_requested`) or until a worker dies
+    (ChildProcessError)."""
     spawn = multiprocessing.get_context("spawn")
     index = Path(paths[0]).resolve()
     processes = [spawn.Process(target=serve_one, args=(index, settings, sock),
@@ -63,7 +64,11 @@ def run(paths: Sequence[str | Path], settings: Settings, sock: socket.socket) ->
     try:
         for process in processes:
             process.start()
-        ended = wait([p.sentinel for p in processes])
+        ended: list[Any] = []
+        while not ended:
+            if stop_requested():
+                return
+            ended = wait([p.sentinel for p in processes], timeout=0.1)
         dead = next(p for p in processes if p.sentinel in ended)
         dead.join()  # its sentinel may be ready a moment before its exit status
         raise ChildProcessError(f"{dead.name} (pid {dead.pid}) exited with status "

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 
 import pytest
 
+from replay_server.settings import Settings
 from replay_server.web import listen
 from tests.support import CLI, ROOT
 
@@ -45,3 +47,24 @@ def test_a_free_port_is_bound_and_shown_as_a_client_reaches_it() -> None:
     sock, url = listen.bind("0.0.0.0", 0)
     with sock:
         assert url == f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_loading_interrupts(sig: int) -> None:
+    with listen.stop_signals(), pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(sig)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_once_loaded_asks_the_server_to_stop_and_is_never_lost(sig: int) -> None:
+    # An exception raised from a signal handler can be dropped (Python ignores one raised
+    # inside a collector's callback): a server then served on after its Ctrl-C. Once
+    # loaded, a signal is a request that uvicorn's start still sees.
+    sock, _ = listen.bind("127.0.0.1", 0)
+    with sock, listen.stop_signals():
+        listen.loaded()
+        signal.raise_signal(sig)  # no KeyboardInterrupt
+        assert listen.stop_requested()
+        listen.run_uvicorn(object(), sock, Settings())  # returns at once: asked to stop
+    with listen.stop_signals():
+        assert not listen.stop_requested()  # each command starts afresh
