@@ -14,7 +14,9 @@ Exit status, the first that applies:
 - MISSED (3): a request got no saved generation: a replay error, or any other error
   answer to a POST or a /v1 route (a malformed request, an unknown model, a body too
   large, a wrong API key, an unknown route, an internal error). It outranks COMMAND's
-  own failure: harnesses that exit non-zero when items fail would otherwise hide it;
+  own failure: harnesses that exit non-zero when items fail would otherwise hide it.
+  A tokenizer call (vLLM's /tokenize, ...) that went unanswered is no such request: it
+  carries no generation, so it is reported loudly but fails the run only with --strict;
 - COMMAND's own, when it fails;
 - NO_REQUESTS (5): no request reached the server at all (COMMAND answered from
   somewhere else: a harness's disk cache, or a base URL it does not take from the
@@ -72,6 +74,7 @@ def report(replayer: Replayer) -> list[str]:
     resets = f", {stats.resets} reset(s)" if stats.resets else ""
     lines = ["replay report:", f"  requests: {stats.with_outcome()} ({stats.answered} "
              f"answered from the saved run, {stats.failed()} got no saved generation{resets})"]
+    lines += tokenizer_lines(replayer)
     if stats.in_flight():
         lines.append(f"  {stats.in_flight()} more request(s) were cut off in flight (begun, "
                      "never sent whole: COMMAND was stopped or its client left); they have "
@@ -105,6 +108,27 @@ def report(replayer: Replayer) -> list[str]:
     if len(failures) > SHOWN:
         lines.append(f"  ... and {len(failures) - SHOWN} more (GET /replay/misses while "
                      "serving lists the latest)")
+    return lines
+
+
+def tokenizer_lines(replayer: Replayer) -> list[str]:
+    """The tokenizer calls (vLLM's /tokenize, ...): how they were answered, and, loudly,
+    those that were not (they carry no generation: `run` fails on them only --strict)."""
+    counts = replayer.stats.tokenizer
+    if not counts:
+        return []
+    lines = [f"  tokenizer calls: {counts['recorded']} answered from recordings, "
+             f"{counts['computed']} computed with --tokenizer, {counts['unanswered']} "
+             "unanswered"]
+    unanswered = counts["unanswered"]
+    if unanswered:
+        fails = "fails the run on them" if replayer.rules.strict else "would fail the run"
+        lines.append(f"  WARNING: {unanswered} tokenizer call(s) went unanswered: token "
+                     "counts the harness derives from them may differ; no saved "
+                     f"generation was affected (--strict {fails})")
+        for (endpoint, why), failure in sorted(replayer.stats.tokenizer_unanswered.items(),
+                                               key=lambda f: -f[1].attempts)[:SHOWN]:
+            lines.append(f"    {failure.attempts} x {endpoint}: {why}")
     return lines
 
 
@@ -146,6 +170,10 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool) -> tuple[int, str
     if stats.failures:
         return MISSED, (f"{len(stats.failures)} distinct request(s) got no saved generation "
                         f"({stats.failed()} attempt(s)): failing")
+    unanswered = stats.tokenizer["unanswered"]
+    if unanswered and replayer.rules.strict:
+        return MISSED, (f"{unanswered} tokenizer call(s) went unanswered, and --strict "
+                        "fails the run on them: failing")
     if code != 0:
         return code, f"COMMAND failed with exit status {code}"
     if stats.answered == 0:
@@ -160,7 +188,9 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool) -> tuple[int, str
                         "answered part of the run; --allow-unused accepts a deliberate "
                         "subset): failing")
     return 0, "every request was answered from the saved run" + (
-        f" ({unused} saved sample(s) never asked for, allowed)" if unused else "")
+        f" ({unused} saved sample(s) never asked for, allowed)" if unused else "") + (
+        f"; {unanswered} tokenizer call(s) went unanswered (no generation was affected: "
+        "see the report)" if unanswered else "")
 
 
 def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequence[str], *,

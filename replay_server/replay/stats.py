@@ -66,6 +66,10 @@ class Stats:
         self.used: dict[int, int] = {}
         self.used_samples: Counter[str] = Counter()
         self.on_error: Callable[[dict[str, Any]], None] | None = None
+        # vLLM's tokenizer calls, apart from the generations: answered ("recorded",
+        # "computed") or "unanswered"; and each reason one went unanswered, per endpoint.
+        self.tokenizer: Counter[str] = Counter()
+        self.tokenizer_unanswered: dict[tuple[str, str], Failure] = {}
         # Set by `run`: every pass counts, whatever the resets between them.
         self.whole_run = False
 
@@ -85,6 +89,8 @@ class Stats:
             self.tracked.clear()
         self.used.clear()
         self.used_samples.clear()
+        self.tokenizer.clear()
+        self.tokenizer_unanswered.clear()
 
     def hit(self, model: str, entry: Entry | Exchange, selection: Selection) -> None:
         self.counts[model]["hits"] += 1
@@ -170,6 +176,20 @@ class Stats:
         if self.on_error is not None:
             self.on_error(miss)
 
+    def tokenizer_error(self, endpoint: str, model: str | None, why: str) -> bool:
+        """A tokenizer call that got no answer (never a generation: not a failure of the
+        replay, see replay/tokenizer.py); True for the first of its endpoint and reason."""
+        self.tokenizer["unanswered"] += 1
+        now = round(time.time(), 3)
+        failure = self.tokenizer_unanswered.get((endpoint, why))
+        if failure is None:
+            self.tokenizer_unanswered[(endpoint, why)] = Failure(
+                {"time": now, "model": model, "endpoint": endpoint, "why": why}, 1, now)
+            return True
+        failure.attempts += 1
+        failure.last_time = now
+        return False
+
     def failed(self) -> int:
         """Requests that got no saved generation, retries included."""
         return sum(f.attempts for f in self.failures.values())
@@ -178,8 +198,9 @@ class Stats:
         return self.index.models[model].samples - self.used_samples[model]
 
     def with_outcome(self) -> int:
-        """Requests that got an answer: from the saved run, an error, or a reset's."""
-        return self.answered + self.failed() + self.resets
+        """Requests that got an answer: from the saved run, an error, a reset's, or a
+        tokenizer call's (answered or not)."""
+        return self.answered + self.failed() + self.resets + self.tokenizer.total()
 
     def in_flight(self) -> int:
         """Requests begun but never decided: their client left (or was stopped) before

@@ -4,7 +4,10 @@ The three replay endpoints (chat, completions, responses) are the hot path. They
 ASGI apps (`ReplayEndpoint`) that `ReplayApp` calls first, ahead of FastAPI's middleware,
 routing, dependency and response machinery, which costs several times the replay work
 itself. They are also mounted as routes (so a GET on them is a 405, not a 404) and
-documented in the OpenAPI schema. Everything else is ordinary FastAPI, in `routes.py`.
+documented in the OpenAPI schema. vLLM's tokenizer endpoints (`/tokenize`, `/detokenize`,
+`/tokenizer_info`, at the root as vLLM serves them) go the same way, to the Replayer's
+`tokenizer` (replay/tokenizer.py), whose errors are counted apart: they carry no
+generation. Everything else is ordinary FastAPI, in `routes.py`.
 Every error, whichever layer raises it, leaves as the OpenAI envelope with
 `x-should-retry: false`, and every error sent for a POST or a /v1 route is counted
 (`Stats`), so that `run` fails on it even when the harness swallows it.
@@ -26,14 +29,17 @@ from .. import __version__, errors
 from ..errors import BadRequest, PayloadTooLarge, ReplayServerError, Unauthorized
 from ..index.index import Index
 from ..index.samples import Rules
-from ..paths import ENDPOINTS
+from ..paths import ENDPOINTS, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
 from ..replay.replayer import Replayer
+from ..saved.loader import context
 from ..settings import Settings
 from ..wire.families import family_of
 from .routes import router
 from .schema import openapi
 
 log = logging.getLogger(__name__)
+
+TOKENIZER_METHODS = {TOKENIZER_INFO_PATH: "GET"}  # the other endpoints take a POST
 
 
 async def send_error(send: Send, error: ReplayServerError) -> None:
@@ -50,7 +56,9 @@ def internal_error(exc: BaseException) -> ReplayServerError:
 
 class ReplayEndpoint:
     """POST /v1/chat/completions, /v1/completions or /v1/responses, as a plain ASGI app
-    (`ReplayApp` calls it first; any ASGI server can serve it).
+    (`ReplayApp` calls it first; any ASGI server can serve it); and vLLM's tokenizer
+    endpoints (POST /tokenize, /detokenize, GET /tokenizer_info) the same way, answered by
+    the Replayer's `tokenizer`, which counts them apart from the generations.
 
     Its answer is known whole at once (a stream's frames are all saved), so it leaves in
     one start and one body message. The headers alone can decide it (a missing or wrong
@@ -62,7 +70,8 @@ class ReplayEndpoint:
                  api_key: bytes | None = None) -> None:
         self.replayer = replayer
         self.endpoint = endpoint
-        self.envelope = family_of(endpoint).error_body  # the family's own error body
+        # the family's own error body (a tokenizer endpoint's is vLLM's, the OpenAI one)
+        self.envelope = family_of(endpoint).error_body if endpoint in ENDPOINTS else None
         self.max_body = max_body
         self.api_key = api_key
 
@@ -81,13 +90,16 @@ class ReplayEndpoint:
                 body = message.get("body", b"")
             if len(body) > self.max_body:
                 raise self._counted(self.too_large(len(body)))
-            reply = self.replayer.handle(self.endpoint, body)  # counts what it raises
+            if self.endpoint in TOKENIZER_ENDPOINTS:  # counts what it raises, apart
+                headers, data = self.replayer.tokenizer.answer(self.endpoint, body)
+            else:
+                reply = self.replayer.handle(self.endpoint, body)  # counts what it raises
+                headers, data = reply.headers, reply.body
+            status = 200
         except ReplayServerError as error:
             status, headers, data = errors.render(error, self.envelope)
         except Exception as exc:
             status, headers, data = errors.render(self._counted(internal_error(exc)), self.envelope)
-        else:
-            status, headers, data = 200, reply.headers, reply.body
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": data})
 
@@ -155,7 +167,7 @@ class ReplayApp(FastAPI):
     turns away every request but `GET /health` that does not carry
     `Authorization: Bearer KEY`."""
 
-    fast_paths: dict[str, ReplayEndpoint]
+    fast_paths: dict[tuple[str, str], ReplayEndpoint]  # (method, path)
     replayer: Replayer
     api_key: bytes | None = None
 
@@ -163,11 +175,10 @@ class ReplayApp(FastAPI):
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
-        if scope["method"] == "POST":
-            endpoint = self.fast_paths.get(scope["path"])
-            if endpoint is not None:  # it checks the API key itself
-                await endpoint(scope, receive, send)
-                return
+        endpoint = self.fast_paths.get((scope["method"], scope["path"]))
+        if endpoint is not None:  # it checks the API key itself
+            await endpoint(scope, receive, send)
+            return
         if self.api_key is not None and scope["path"] != "/health" \
                 and not authorized(scope["headers"], self.api_key):
             error = unauthorized()
@@ -215,7 +226,8 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     message = f"{detail}: {request.method} {request.url.path}"
     if exc.status_code == 404:
         message += (" (this server answers /v1/chat/completions, /v1/completions, "
-                    "/v1/responses, /v1/models)")
+                    "/v1/responses, /v1/models, and vLLM's /tokenize, /detokenize, "
+                    "/tokenizer_info)")
     return _error_response(kind(message))
 
 
@@ -237,17 +249,19 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 def create_app(settings: Settings, index: Index) -> FastAPI:
     """The whole server for one loaded index."""
-    replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous))
+    replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous),
+                        context(tokenizer=settings.tokenizer).tokenizer)
     # no /docs nor /redoc: FastAPI's pages load their scripts from a CDN, blank offline
     app = ReplayApp(title="replay-server", version=__version__, docs_url=None, redoc_url=None,
                     description="Replays saved LLM generations over the OpenAI API.")
     app.state.replayer = replayer
     app.state.settings = settings
     api_key = settings.api_key.encode() if settings.api_key else None
-    endpoints = {path: ReplayEndpoint(replayer, path, settings.max_body_size, api_key)
-                 for path in ENDPOINTS}
-    for path, endpoint in endpoints.items():
-        app.router.routes.append(Route(path, endpoint, methods=["POST"]))
+    endpoints = {(TOKENIZER_METHODS.get(path, "POST"), path):
+                 ReplayEndpoint(replayer, path, settings.max_body_size, api_key)
+                 for path in ENDPOINTS + TOKENIZER_ENDPOINTS}
+    for (method, path), endpoint in endpoints.items():
+        app.router.routes.append(Route(path, endpoint, methods=[method]))
     app.include_router(router)
     app.fast_paths = endpoints
     app.replayer = replayer

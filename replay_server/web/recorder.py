@@ -4,9 +4,13 @@
 
 - `/v1/chat/completions`, `/v1/completions` and `/v1/responses` are forwarded with the
   client's headers (Authorization included; it is never written down) and their answers
-  saved as native records; every other path and method (`/v1/models`, embeddings, files,
-  `GET /v1/responses/{id}`, a path the upstream does not have, ...) is forwarded untouched
-  and not saved: the client gets the upstream's own status and body.
+  saved as native records; so are vLLM's tokenizer calls (`POST /tokenize`,
+  `POST /detokenize`, `GET /tokenizer_info`: deterministic, so a replay answers them
+  from the recording), one that names no model saved under the upstream's only model
+  (`GET /v1/models`; one to a server of several models is not saved); every other
+  path and method (`/v1/models`, embeddings, files, `GET /v1/responses/{id}`, a path
+  the upstream does not have, ...) is forwarded untouched and not saved: the client
+  gets the upstream's own status and body.
 - A stream passes through chunk by chunk as it arrives, while its family's aggregator
   (`Family.aggregator`) rebuilds the body the server would have sent unstreamed; the
   stream's frames are saved too, as sent, so that a replay sends the same deltas in the
@@ -51,7 +55,7 @@ from starlette.types import Receive, Scope, Send
 
 from .. import __version__, errors
 from ..errors import LoadError
-from ..paths import ENDPOINTS
+from ..paths import ENDPOINTS, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
 from ..saved.record import batch_parts, dump_line, make_record, strip_transport
 from ..saved.writer import RecordWriter
 from ..wire.families import family_of
@@ -74,14 +78,20 @@ def _forward_headers(headers: Any) -> dict[str, str]:
 
 
 def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
-                upstream: str, run: str, frames: list[str] | None = None) -> bytes:
+                upstream: str, run: str, frames: list[str] | None = None,
+                model: str | None = None) -> bytes:
     """The native record line(s) of one exchange (a batched completion: one per prompt,
     each with the batch's usage); a stream's frames are saved with it as they were sent
-    (a streamed batch's are not: its prompts are replayed in small deltas)."""
+    (a streamed batch's are not: its prompts are replayed in small deltas). `model`: the
+    model of a tokenizer call that names none (the upstream's only model)."""
     request = strip_transport(request)
-    model = request.get("model") or response.get("model")
+    model = request.get("model") or response.get("model") or model
     source = {"harness": "replay-server record", "upstream": upstream, "run": run,
               "time": round(time.time(), 3)}
+    if path in TOKENIZER_ENDPOINTS:
+        record = make_record(path, model, request, response, source, "(recording)", None)
+        record.source = source
+        return dump_line(record)
     parts = batch_parts(request, response, uuid.uuid4().hex) if family_of(path).batched \
         else [(request, response, None)]
     lines = []
@@ -100,6 +110,7 @@ class Recorder:
         self.writer = writer
         self.run = f"record-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.counts: Counter[str] = Counter()
+        self._model: str | None = None  # the upstream's only model ("": several)
         self.client = httpx.AsyncClient(base_url=self.upstream, timeout=httpx.Timeout(
             None, connect=10.0))
 
@@ -111,10 +122,26 @@ class Recorder:
                 f"the client: {c['abandoned']}, failed streams: {c['aborted']}, not "
                 f"recordable: {c['unrecordable']}")
 
+    async def _only_model(self) -> str | None:
+        """The upstream's one model (`GET /v1/models`, asked once), for a tokenizer call
+        that names none (vLLM answers those with its served model); None when it serves
+        several, or none can be read."""
+        if self._model is None:
+            try:
+                listed = (await self.client.get("/v1/models")).json()["data"]
+                self._model = listed[0]["id"] if len(listed) == 1 else ""
+            except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+                return None  # (asked again next time: the upstream may be starting)
+        return self._model or None
+
     async def _save(self, path: str, request: dict[str, Any], response: dict[str, Any],
                     frames: list[str] | None = None) -> None:
+        model = None
+        if path in TOKENIZER_ENDPOINTS and not request.get("model"):
+            model = await self._only_model()
         try:
-            lines = records_for(path, request, response, self.upstream, self.run, frames)
+            lines = records_for(path, request, response, self.upstream, self.run, frames,
+                                model)
         except (LoadError, ValueError) as e:
             self.counts["unrecordable"] += 1
             log.warning("not recorded (%s): %s", path, e)
@@ -143,8 +170,12 @@ class Recorder:
             watcher.cancel()
             return self._abandoned(path)
         out_headers = _forward_headers(reply.headers)
-        recordable = request.method == "POST" and path in ENDPOINTS and parsed is not None \
-            and reply.status_code == 200
+        tokenizer_call = path in TOKENIZER_ENDPOINTS and request.method == \
+            ("GET" if path == TOKENIZER_INFO_PATH else "POST")
+        if tokenizer_call and path == TOKENIZER_INFO_PATH:
+            parsed = {}  # (a GET: no body, and a request of no fields)
+        recordable = (request.method == "POST" and path in ENDPOINTS or tokenizer_call) \
+            and parsed is not None and reply.status_code == 200
         if recordable and parsed is not None and parsed.get("stream") is True:
             watcher.cancel()  # the relay watches the client itself
             return _Relay(self, path, parsed, reply, out_headers)

@@ -15,8 +15,9 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from ..paths import ENDPOINTS
+from ..paths import DETOKENIZE_PATH, ENDPOINTS, TOKENIZE_PATH, TOKENIZER_INFO_PATH
 from ..wire.families import family_of
+from ..wire.tokenizer.fields import DETOKENIZE, TOKENIZE, TOKENIZE_CHAT
 
 ERROR = {
     "type": "object", "required": ["error"], "description": "The OpenAI error envelope "
@@ -38,6 +39,24 @@ REPLAY_ANSWERS = {
     "413": {"description": "Request body over --max-body-size"},
 }
 
+TOKENIZER_ANSWERS = {
+    "200": {"description": "vLLM's answer: recorded, or computed with --tokenizer",
+            "content": {"application/json": {}}},
+    "400": {"description": "Malformed request"},
+    "404": {"description": "Unknown model, or `tokenizer_unanswered`: neither a recording "
+                           "nor --tokenizer can answer it (no generation is affected)"},
+    "413": {"description": "Request body over --max-body-size"},
+}
+
+
+def _tokenizer_routes() -> list[tuple[str, str, dict[str, Any] | None]]:
+    return [
+        ("post", TOKENIZE_PATH, {"anyOf": [TOKENIZE.schema("prompt", {}),
+                                           TOKENIZE_CHAT.schema("messages", {})]}),
+        ("post", DETOKENIZE_PATH, DETOKENIZE.schema("tokens", {})),
+        ("get", TOKENIZER_INFO_PATH, None),
+    ]
+
 
 def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
     """The schema of `app`, made once; `api_key`: every route but /health asks for one."""
@@ -51,6 +70,14 @@ def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
             "requestBody": {"required": True, "content": {
                 "application/json": {"schema": family_of(path).schema}}},
             "responses": dict(REPLAY_ANSWERS)}}
+    for method, path, body in _tokenizer_routes():
+        operation: dict[str, Any] = {
+            "summary": f"vLLM's {path}: a recorded answer, else computed with --tokenizer",
+            "responses": dict(TOKENIZER_ANSWERS)}
+        if body is not None:
+            operation["requestBody"] = {"required": True, "content": {
+                "application/json": {"schema": body}}}
+        schema["paths"][path] = {method: operation}
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)
