@@ -62,6 +62,9 @@ class TokenizerAnswers:
         try:
             request = tokenizer.parse(endpoint, body)
             model = request.model
+            if model is None and len(self.index.models) != 1:
+                raise not_answered(endpoint, f"the request names no model, and this server "
+                                   f"holds {len(self.index.models)}")
             run = self.index.select(model)
             recorded = run.tokenizer.get(request.key, b"")
             if recorded:

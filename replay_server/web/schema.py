@@ -58,6 +58,13 @@ def _tokenizer_routes() -> list[tuple[str, str, dict[str, Any] | None]]:
     ]
 
 
+def _tokenizer_answers(method: str) -> dict[str, Any]:
+    """What a tokenizer route answers (a GET has no body: never 400 nor 413)."""
+    if method == "get":
+        return {k: v for k, v in TOKENIZER_ANSWERS.items() if k in ("200", "404")}
+    return dict(TOKENIZER_ANSWERS)
+
+
 def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
     """The schema of `app`, made once; `api_key`: every route but /health asks for one."""
     if app.openapi_schema is not None:
@@ -73,7 +80,7 @@ def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
     for method, path, body in _tokenizer_routes():
         operation: dict[str, Any] = {
             "summary": f"vLLM's {path}: a recorded answer, else computed with --tokenizer",
-            "responses": dict(TOKENIZER_ANSWERS)}
+            "responses": _tokenizer_answers(method)}
         if body is not None:
             operation["requestBody"] = {"required": True, "content": {
                 "application/json": {"schema": body}}}
