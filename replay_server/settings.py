@@ -30,9 +30,7 @@ class Settings:
         "CLIENT may be '*', matching any name).", multiple=True, metavar="CLIENT=SAVED")
     strict: bool = _setting(
         False, "Also require the sampling parameters (temperature, max_tokens, stop, seed, "
-        "...) to equal the saved request's; a difference fails with replay_params_mismatch. "
-        "Under `run`, a tokenizer call (/tokenize, ...) that went unanswered fails the run "
-        "too.")
+        "...) to equal the saved request's; a difference fails with replay_params_mismatch.")
     allow_ambiguous: bool = _setting(
         False, "When instances that share a prompt saved different generations, serve them "
         "in saved order instead of failing with replay_ambiguous.")
@@ -42,9 +40,7 @@ class Settings:
         None, "The run's tokenizer, for lm-eval runs sent as token ids: a local folder with "
         "tokenizer.json, or the file (what lm-eval's tokenizer= loaded; never downloaded). "
         "With it, token-id prompts and loglikelihood (multiple-choice) requests are answered "
-        "from lm-eval samples files, and vLLM's /tokenize (of a prompt) and /detokenize "
-        "are computed when no recorded answer has them. Needs the `tokens` extra.",
-        metavar="PATH")
+        "from lm-eval samples files. Needs the `tokens` extra.", metavar="PATH")
     max_line_size: int = _setting(
         DEFAULT_MAX_LINE, "Longest saved line read, in bytes; a longer one is a bad line "
         "(named with its file and line), never gigabytes of memory.")
