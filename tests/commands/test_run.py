@@ -52,11 +52,11 @@ def test_a_command_that_gets_every_answer_passes() -> None:
     assert "every request was answered from the saved run" in result.stderr
 
 
-TOKENIZE = """
+TOKENIZE = f"""
 import httpx
 base = os.environ["OPENAI_BASE_URL"].removesuffix("/v1")
-print(httpx.post(base + "/tokenize", json={"model": "%s", "prompt": "Hi"}).status_code)
-""" % MODEL
+print(httpx.post(base + "/tokenize", json={{"model": "{MODEL}", "prompt": "Hi"}}).status_code)
+"""
 
 
 def test_an_unanswered_tokenizer_call_is_reported_loudly_but_passes() -> None:

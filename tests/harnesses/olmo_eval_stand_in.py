@@ -87,7 +87,7 @@ def instance(client: openai.OpenAI, tokenizer: RemoteTokenizer, path: str,
     completion_tokens = metadata.get("completion_tokens", 0) * len(texts)
     answered = []
     if prompt_tokens == 0:
-        prompt = body.get("prompt") if not chat else " ".join(
+        prompt: str = body["prompt"] if not chat else " ".join(
             m.get("content", "") for m in body["messages"] if isinstance(m.get("content"), str))
         prompt_tokens, ok = count(tokenizer, prompt)
         answered.append(ok)
