@@ -10,6 +10,10 @@ internal error, an unknown /v1 route) is counted as *rejected*, by HTTP status. 
 are also grouped by what was asked, so that a harness's retries count as attempts of one
 failure, not as several.
 
+vLLM's tokenizer calls (`/tokenize`, ...) are counted apart (`tokenizer`), answered or
+not, with each reason one went unanswered: they carry no generation, so they are no
+failure of the replay (`run` reports them, and fails on them only with `--strict`).
+
 Under `replay-server run` the stats are the run's verdict (`whole_run`): a reset (`POST
 /replay/reset`, which harnesses send before a second pass) starts the cursors over but
 forgets nothing counted here, so a miss of the first pass still fails the run.
