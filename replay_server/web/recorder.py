@@ -139,6 +139,11 @@ class Recorder:
         model = None
         if path in TOKENIZER_ENDPOINTS and not request.get("model"):
             model = await self._only_model()
+            if model is None:
+                self.counts["unrecordable"] += 1
+                log.warning("not recorded (%s): the call names no model, and the upstream's "
+                            "/v1/models does not list exactly one to save it under", path)
+                return
         try:
             lines = records_for(path, request, response, self.upstream, self.run, frames,
                                 model)

@@ -115,3 +115,17 @@ def test_tokenize_and_detokenize_are_computed_with_the_tokenizer(saved: Path) ->
                          "token_strs": None}
     assert decoded == {"prompt": backend.decode(ids, skip_special_tokens=False)}
     assert recorded["tokens"] == [9]  # a recording wins
+
+
+def test_a_call_naming_no_model_to_a_server_of_several_is_forwarded_not_saved(
+        tmp_path: Path) -> None:
+    with running(fake_model(["a", "b"])) as upstream:
+        rec = Recorder(upstream, RecordWriter(tmp_path / "run.jsonl"))
+        with running(create_record_app(rec)) as url:
+            unnamed = httpx.post(f"{root(url)}/tokenize", json={"prompt": "Hi"})
+            named = httpx.post(f"{root(url)}/tokenize", json={"model": "b", "prompt": "Hi"})
+        rec.writer.close()
+    assert unnamed.status_code == named.status_code == 200  # the client gets its answer
+    assert (rec.counts["recorded"], rec.counts["unrecordable"]) == (1, 1)
+    lines = (tmp_path / "run.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and '"model":"b"' in lines[0]
