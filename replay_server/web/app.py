@@ -40,6 +40,10 @@ from .schema import openapi
 log = logging.getLogger(__name__)
 
 TOKENIZER_METHODS = {TOKENIZER_INFO_PATH: "GET"}  # the other endpoints take a POST
+# What --api-key leaves open: /health, and the tokenizer endpoints, as vLLM does (its key
+# guards /v1 only): olmo-eval's tokenizer client sends no key. They reveal nothing saved
+# that the request does not already hold.
+UNGUARDED = frozenset({"/health", *TOKENIZER_ENDPOINTS})
 
 
 async def send_error(send: Send, error: ReplayServerError) -> None:
@@ -164,8 +168,8 @@ def _counted(scope: Scope) -> bool:
 class ReplayApp(FastAPI):
     """A FastAPI app that sends POSTs to the replay endpoints straight to them, ahead of
     its middleware, routing and response machinery; with an API key, it (or the endpoint)
-    turns away every request but `GET /health` that does not carry
-    `Authorization: Bearer KEY`."""
+    turns away every request but `GET /health` and the tokenizer endpoints (`UNGUARDED`)
+    that does not carry `Authorization: Bearer KEY`."""
 
     fast_paths: dict[tuple[str, str], ReplayEndpoint]  # (method, path)
     replayer: Replayer
@@ -179,7 +183,7 @@ class ReplayApp(FastAPI):
         if endpoint is not None:  # it checks the API key itself
             await endpoint(scope, receive, send)
             return
-        if self.api_key is not None and scope["path"] != "/health" \
+        if self.api_key is not None and scope["path"] not in UNGUARDED \
                 and not authorized(scope["headers"], self.api_key):
             error = unauthorized()
             if _counted(scope):
@@ -258,7 +262,8 @@ def create_app(settings: Settings, index: Index) -> FastAPI:
     app.state.settings = settings
     api_key = settings.api_key.encode() if settings.api_key else None
     endpoints = {(TOKENIZER_METHODS.get(path, "POST"), path):
-                 ReplayEndpoint(replayer, path, settings.max_body_size, api_key)
+                 ReplayEndpoint(replayer, path, settings.max_body_size,
+                                None if path in TOKENIZER_ENDPOINTS else api_key)
                  for path in ENDPOINTS + TOKENIZER_ENDPOINTS}
     for (method, path), endpoint in endpoints.items():
         app.router.routes.append(Route(path, endpoint, methods=[method]))

@@ -15,7 +15,13 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from ..paths import DETOKENIZE_PATH, ENDPOINTS, TOKENIZE_PATH, TOKENIZER_INFO_PATH
+from ..paths import (
+    DETOKENIZE_PATH,
+    ENDPOINTS,
+    TOKENIZE_PATH,
+    TOKENIZER_ENDPOINTS,
+    TOKENIZER_INFO_PATH,
+)
 from ..wire.families import family_of
 from ..wire.tokenizer.fields import DETOKENIZE, TOKENIZE, TOKENIZE_CHAT
 
@@ -93,7 +99,7 @@ def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
         for operation in operations.values():
             answers = operation["responses"]
             answers.pop("422", None)
-            if api_key and path != "/health":
+            if api_key and path != "/health" and path not in TOKENIZER_ENDPOINTS:
                 answers["401"] = {"description": "Missing or wrong API key (--api-key)"}
             for status, answer in answers.items():
                 if int(status) >= 400:
