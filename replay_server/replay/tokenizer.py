@@ -52,7 +52,8 @@ OUT_OF_VOCABULARY = "a token id is outside the tokenizer's vocabulary"
 
 class TokenizerAnswers:
     """The answer to one tokenizer call (a body in, a `(headers, body)` out, or a
-    ReplayServerError), counted in `stats` whatever it is."""
+    ReplayServerError), counted in `stats` whatever it is. Its `x-replay-source` header
+    says where the answer came from: `recording` or `--tokenizer`."""
 
     def __init__(self, index: Index, stats: Stats, local: LocalTokenizer | None) -> None:
         self.index, self.stats, self.local = index, stats, local
@@ -66,11 +67,11 @@ class TokenizerAnswers:
                 raise not_answered(endpoint, f"the request names no model, and this server "
                                    f"holds {len(self.index.models)}")
             run = self.index.select(model)
-            recorded = run.tokenizer.get(request.key, b"")
-            if recorded:
+            recorded = run.tokenizer.get(request.key)
+            if recorded is not None:
                 how, data, source = "recorded", recorded, b"recording"
-            else:
-                why = DIFFERENT if recorded is None else None
+            else:  # (recorded as None: recordings that differ)
+                why = DIFFERENT if request.key in run.tokenizer else None
                 data = self._computed(run, request, why)
                 how, source = "computed", b"--tokenizer"
         except ReplayServerError as error:
@@ -91,8 +92,8 @@ class TokenizerAnswers:
         if why is not None or local is None:
             raise not_answered(request.endpoint, why or NO_TOKENIZER)
         if request.endpoint == DETOKENIZE_PATH:
-            tokens = data["tokens"]
-            if any(t >= local.vocab_size() for t in tokens):
+            tokens, size = data["tokens"], local.vocab_size()
+            if any(t >= size for t in tokens):
                 raise not_answered(request.endpoint, OUT_OF_VOCABULARY, param="tokens")
             return orjson.dumps({"prompt": local.decode(tokens)})
         special = data.get("add_special_tokens")
