@@ -220,6 +220,7 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
                 stopped.set()
                 threading.Thread(target=_stop, args=(proc,), daemon=True).start()
             replayer.stats.on_error = on_error
+            replayer.stats.tokenizer_errors_fail = settings.strict  # they fail it then
         try:
             code = proc.wait()
         except KeyboardInterrupt:

@@ -70,6 +70,8 @@ class Stats:
         self.used: dict[int, int] = {}
         self.used_samples: Counter[str] = Counter()
         self.on_error: Callable[[dict[str, Any]], None] | None = None
+        # Called for each unanswered tokenizer call too, when those fail the run (--strict)
+        self.tokenizer_errors_fail = False
         # vLLM's tokenizer calls, apart from the generations: answered ("recorded",
         # "computed") or "unanswered"; and each reason one went unanswered, per endpoint.
         self.tokenizer: Counter[str] = Counter()
@@ -185,10 +187,12 @@ class Stats:
         replay, see replay/tokenizer.py); True for the first of its endpoint and reason."""
         self.tokenizer["unanswered"] += 1
         now = round(time.time(), 3)
+        miss = {"time": now, "model": model, "endpoint": endpoint, "why": why}
+        if self.tokenizer_errors_fail and self.on_error is not None:
+            self.on_error(miss)
         failure = self.tokenizer_unanswered.get((endpoint, why))
         if failure is None:
-            self.tokenizer_unanswered[(endpoint, why)] = Failure(
-                {"time": now, "model": model, "endpoint": endpoint, "why": why}, 1, now)
+            self.tokenizer_unanswered[(endpoint, why)] = Failure(miss, 1, now)
             return True
         failure.attempts += 1
         failure.last_time = now

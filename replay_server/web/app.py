@@ -76,6 +76,7 @@ class ReplayEndpoint:
         self.endpoint = endpoint
         # the family's own error body (a tokenizer endpoint's is vLLM's, the OpenAI one)
         self.envelope = family_of(endpoint).error_body if endpoint in ENDPOINTS else None
+        self.tokenizer = endpoint in TOKENIZER_ENDPOINTS
         self.max_body = max_body
         self.api_key = api_key
 
@@ -94,7 +95,7 @@ class ReplayEndpoint:
                 body = message.get("body", b"")
             if len(body) > self.max_body:
                 raise self._counted(self.too_large(len(body)))
-            if self.endpoint in TOKENIZER_ENDPOINTS:  # counts what it raises, apart
+            if self.tokenizer:  # counts what it raises, apart
                 headers, data = self.replayer.tokenizer.answer(self.endpoint, body)
             else:
                 reply = self.replayer.handle(self.endpoint, body)  # counts what it raises

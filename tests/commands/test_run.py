@@ -79,6 +79,16 @@ def test_an_unanswered_tokenizer_call_fails_the_run_with_strict() -> None:
         in result.stderr
 
 
+def test_stop_on_miss_stops_at_an_unanswered_tokenizer_call_only_with_strict() -> None:
+    loose = run("--stop-on-miss", "--", sys.executable, "-c", ALL + TOKENIZE)
+    assert loose.returncode == 0 and "stopped COMMAND" not in loose.stderr
+    strict = run("--strict", "--stop-on-miss", "--", sys.executable, "-c",
+                 ASK + TOKENIZE + "import time; time.sleep(60); print('not stopped')")
+    assert strict.returncode == 3, strict.stderr
+    assert "stopped COMMAND at the first miss" in strict.stderr
+    assert "not stopped" not in strict.stdout
+
+
 def test_a_swallowed_miss_fails_the_run_with_the_reason() -> None:
     result = run("--", sys.executable, "-c", ASK + "print(chat('Name a colour'))")
     assert result.stdout.strip() == "error 400"
