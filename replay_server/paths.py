@@ -18,3 +18,9 @@ TOKENIZER_INFO_PATH = "/tokenizer_info"
 
 TOKENIZER_ENDPOINTS = (TOKENIZE_PATH, DETOKENIZE_PATH, TOKENIZER_INFO_PATH)
 """The tokenizer endpoints: deterministic answers that never carry a generation."""
+
+MODELS_PATH = "/v1/models"
+
+NO_GENERATION = (*TOKENIZER_ENDPOINTS, MODELS_PATH)
+"""Recorded endpoints whose answers carry no generation: the tokenizer's, and a model's
+entry in `/v1/models` (one record per model listed: its `max_model_len`)."""

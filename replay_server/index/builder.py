@@ -13,7 +13,8 @@ keyed by the conversation that response holds, so it is added once every record 
 was not saved is unusable, and says so.
 
 A recorded tokenizer exchange (`/tokenize`, ...) is no generation: its answer is kept by
-key beside the model's entries (`ModelRun.tokenizer`), never as a sample.
+key beside the model's entries (`ModelRun.tokenizer`), never as a sample; it and a
+recorded `/v1/models` entry say the model's `max_model_len`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 import orjson
 
 from ..errors import BadRequest, LoadError
-from ..paths import TOKENIZER_ENDPOINTS
+from ..paths import MODELS_PATH, NO_GENERATION
 from ..saved.record import Record
 from ..wire import keys, tokenizer
 from ..wire.families import family_of
@@ -48,26 +49,34 @@ class Builder:
         self._bodies = Bodies()
         self._prompts: dict[tuple[str, str], list[tuple[bytes, str]]] = {}
         self._continuing: list[Record] = []
-        self._lengths: dict[str, set[int]] = {}  # max_model_len in tokenizer answers
+        self._lengths: dict[str, set[int]] = {}  # max_model_len in recorded answers
 
     def add(self, record: Record) -> None:
-        if record.endpoint in TOKENIZER_ENDPOINTS:
-            self._add_tokenizer(record)
+        if record.endpoint in NO_GENERATION:
+            self._add_no_generation(record)
             return
         if family_of(record.endpoint).previous_id(record.request) is not None:
             self._continuing.append(record)  # keyed once the turn it continues is in
             return
         self._add(record, None)
 
-    def _add_tokenizer(self, record: Record) -> None:
-        """A recorded tokenizer answer, by its key; answers that differ for one key (two
-        tokenizers recorded under one model name) leave it unanswered, never one of them."""
-        try:
-            key = tokenizer.key(tokenizer.table_of(record.endpoint, record.request),
-                                record.request)
-        except BadRequest as e:
-            raise LoadError(record.origin, record.source.get("line"), str(e),
-                            field="request") from None
+    def _add_no_generation(self, record: Record) -> None:
+        """A recorded tokenizer answer, by its key (answers that differ for one key, two
+        tokenizers recorded under one model name, leave it unanswered, never one of
+        them), or a model's `/v1/models` entry: what they say of `max_model_len`."""
+        key = None
+        if record.endpoint != MODELS_PATH:
+            try:
+                key = tokenizer.key(tokenizer.table_of(record.endpoint, record.request),
+                                    record.request)
+            except BadRequest as e:
+                raise LoadError(record.origin, record.source.get("line"), str(e),
+                                field="request") from None
+        length = (record.response or {}).get("max_model_len")
+        if type(length) is int:
+            self._lengths.setdefault(record.model, set()).add(length)
+        if key is None:  # a model listed, and no more: it is served only if it has answers
+            return
         run = self._models.get(record.model)
         if run is None:
             run = self._models[record.model] = ModelRun(record.model)
@@ -77,9 +86,6 @@ class Builder:
             answers[key] = body
         elif answers[key] != body:
             answers[key] = None
-        length = (record.response or {}).get("max_model_len")
-        if type(length) is int:
-            self._lengths.setdefault(record.model, set()).add(length)
 
     def _add(self, record: Record, prompt: dict[str, Any] | None) -> None:
         family = family_of(record.endpoint)

@@ -199,7 +199,8 @@ def _tokenizer_meta(index: Index) -> str:
         name: {"max_model_len": run.max_model_len,
                "answers": {key.hex(): None if body is None else body.decode()
                            for key, body in run.tokenizer.items()}}
-        for name, run in index.models.items() if run.tokenizer}).decode()
+        for name, run in index.models.items()
+        if run.tokenizer or run.max_model_len is not None}).decode()
 
 
 def _write_prompts(db: sqlite3.Connection, loaded: Loaded, ids: dict[str, int]) -> None:

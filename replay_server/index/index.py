@@ -183,7 +183,8 @@ class ModelRun:
     # vLLM's tokenizer endpoints, kept apart from the generations (they carry none): a
     # recorded answer's key -> its body; None when recordings answered one key differently.
     tokenizer: dict[bytes, bytes | None] = field(default_factory=dict)
-    # The model's context length, when every recorded tokenizer answer says the same one.
+    # The model's context length, when every recorded answer that says one (tokenizer
+    # answers, the model's /v1/models entry) says the same.
     max_model_len: int | None = None
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LoadError
-from ..paths import TOKENIZER_ENDPOINTS
+from ..paths import NO_GENERATION
 from ..saved.formats import LoadContext
 from ..saved.loader import Plan, context, plan, progress_bar, read
 from ..saved.record import Record
@@ -60,7 +60,7 @@ def load(paths: Sequence[str | Path], *, skip_bad_lines: bool = False,
                 continue
             per_file[(str(record.source.get("file")), record.model)] += 1
             if record.response is not None and "previous_response_id" not in record.request \
-                    and record.endpoint not in TOKENIZER_ENDPOINTS:
+                    and record.endpoint not in NO_GENERATION:
                 examples.setdefault(record.endpoint, record)
         index = builder.build(aliases)
     finally:

@@ -7,9 +7,10 @@
   saved as native records; so are vLLM's tokenizer calls (`POST /tokenize`,
   `POST /detokenize`, `GET /tokenizer_info`: deterministic, so a replay answers them
   from the recording), one that names no model saved under the upstream's only model
-  (`GET /v1/models`; one to a server of several models is not saved); every other
-  path and method (`/v1/models`, embeddings, files, `GET /v1/responses/{id}`, a path
-  the upstream does not have, ...) is forwarded untouched and not saved: the client
+  (`GET /v1/models`; one to a server of several models is not saved); and each model's
+  entry of `GET /v1/models` (its `max_model_len`, which the replay's list then gives);
+  every other path and method (embeddings, files, `GET /v1/responses/{id}`, a path the
+  upstream does not have, ...) is forwarded untouched and not saved: the client
   gets the upstream's own status and body.
 - A stream passes through chunk by chunk as it arrives, while its family's aggregator
   (`Family.aggregator`) rebuilds the body the server would have sent unstreamed; the
@@ -55,7 +56,14 @@ from starlette.types import Receive, Scope, Send
 
 from .. import __version__, errors
 from ..errors import LoadError
-from ..paths import ENDPOINTS, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
+from ..paths import (
+    DETOKENIZE_PATH,
+    ENDPOINTS,
+    MODELS_PATH,
+    NO_GENERATION,
+    TOKENIZE_PATH,
+    TOKENIZER_ENDPOINTS,
+)
 from ..saved.record import batch_parts, dump_line, make_record, strip_transport
 from ..saved.writer import RecordWriter
 from ..wire.families import family_of
@@ -86,9 +94,11 @@ def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
     model of a tokenizer call that names none (the upstream's only model)."""
     request = strip_transport(request)
     model = request.get("model") or response.get("model") or model
+    if path == MODELS_PATH:  # one model's entry of the list
+        model = response.get("id")
     source = {"harness": "replay-server record", "upstream": upstream, "run": run,
               "time": round(time.time(), 3)}
-    if path in TOKENIZER_ENDPOINTS:
+    if path in NO_GENERATION:
         record = make_record(path, model, request, response, source, "(recording)", None)
         record.source = source
         return dump_line(record)
@@ -134,6 +144,18 @@ class Recorder:
                 return None  # (asked again next time: the upstream may be starting)
         return self._model or None
 
+    async def _save_models(self, answer: dict[str, Any]) -> None:
+        """`GET /v1/models`: each model's entry (what it says of `max_model_len`), as a
+        record of that model; an answer of another shape is forwarded, not saved."""
+        listed = answer.get("data")
+        entries = [e for e in listed if isinstance(e, dict) and isinstance(e.get("id"), str)
+                   and e["id"]] if isinstance(listed, list) else []
+        if not entries:
+            self.counts["unrecordable"] += 1
+            return
+        for entry in entries:
+            await self._save(MODELS_PATH, {}, entry)
+
     async def _save(self, path: str, request: dict[str, Any], response: dict[str, Any],
                     frames: list[str] | None = None) -> None:
         model = None
@@ -175,11 +197,11 @@ class Recorder:
             watcher.cancel()
             return self._abandoned(path)
         out_headers = _forward_headers(reply.headers)
-        tokenizer_call = path in TOKENIZER_ENDPOINTS and request.method == \
-            ("GET" if path == TOKENIZER_INFO_PATH else "POST")
-        if tokenizer_call and path == TOKENIZER_INFO_PATH:
-            parsed = {}  # (a GET: no body, and a request of no fields)
-        recordable = (request.method == "POST" and path in ENDPOINTS or tokenizer_call) \
+        no_generation = path in NO_GENERATION and request.method == \
+            ("POST" if path in (TOKENIZE_PATH, DETOKENIZE_PATH) else "GET")
+        if no_generation and request.method == "GET":
+            parsed = {}  # (no body, and a request of no fields)
+        recordable = (request.method == "POST" and path in ENDPOINTS or no_generation) \
             and parsed is not None and reply.status_code == 200
         if recordable and parsed is not None and parsed.get("stream") is True:
             watcher.cancel()  # the relay watches the client itself
@@ -202,6 +224,8 @@ class Recorder:
                 self.counts["forwarded"] += 1
         elif (answer := _json_object(content)) is None:
             self.counts["unrecordable"] += 1
+        elif path == MODELS_PATH:
+            await self._save_models(answer)
         else:
             await self._save(path, parsed or {}, answer)
         return Response(content, reply.status_code, out_headers)

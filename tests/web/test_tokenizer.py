@@ -129,3 +129,23 @@ def test_a_call_naming_no_model_to_a_server_of_several_is_forwarded_not_saved(
     assert (rec.counts["recorded"], rec.counts["unrecordable"]) == (1, 1)
     lines = (tmp_path / "run.jsonl").read_text().splitlines()
     assert len(lines) == 1 and '"model":"b"' in lines[0]
+
+
+def test_a_recorded_model_list_gives_max_model_len_and_no_model_of_its_own(
+        tmp_path: Path) -> None:
+    """The replay's /v1/models says a model's max_model_len as the recorded list said it;
+    a model the list named but no request used is not served (a request naming no model
+    still selects the one that answered)."""
+    with running(fake_model(["tiny-model", "other-model"])) as upstream:
+        rec = Recorder(upstream, RecordWriter(tmp_path / "run.jsonl"))
+        with running(create_record_app(rec)) as url:
+            assert httpx.get(f"{url}/models").status_code == 200
+            httpx.post(f"{url}/chat/completions", json={"model": "tiny-model",
+                                                        "messages": CHAT}).raise_for_status()
+        rec.writer.close()
+    assert rec.counts["records"] == 3  # two models listed, one chat
+    with serving([tmp_path / "run.jsonl"]) as replay:
+        models = httpx.get(f"{replay}/models").json()["data"]
+        answer = httpx.post(f"{replay}/chat/completions", json={"messages": CHAT})
+    assert [(m["id"], m["max_model_len"]) for m in models] == [("tiny-model", 4096)]
+    assert answer.status_code == 200
