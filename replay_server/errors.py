@@ -4,7 +4,8 @@
     ├── BadRequest               400, names the field (`param`) and the reason
     ├── Unauthorized             401
     ├── NotFound                 404, unknown route
-    │   └── ModelNotFound        404, like vLLM: "The model `X` does not exist."
+    │   ├── ModelNotFound        404, like vLLM: "The model `X` does not exist."
+    │   └── TokenizerUnanswered  404, tokenizer_unanswered: neither recorded nor computable
     ├── MethodNotAllowed         405
     ├── PayloadTooLarge          413
     ├── BadGateway               502, the recorder's upstream cannot be reached
@@ -118,6 +119,15 @@ class ModelNotFound(NotFound):
             "Ask for one of these, or map the name with --model-alias CLIENT=SAVED.",
             param="model",
         )
+
+
+class TokenizerUnanswered(NotFound):
+    """A tokenizer call (`/tokenize`, `/detokenize`, `/tokenizer_info`) that neither a
+    recorded exchange nor `--tokenizer` can answer faithfully. 404, as a server without
+    the endpoint answers: harnesses that probe it (lm-eval) then fall back, and those that
+    tolerate a failure (olmo-eval) estimate. It never stands for a generation."""
+
+    code = "tokenizer_unanswered"
 
 
 class MethodNotAllowed(ReplayServerError):

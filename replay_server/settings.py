@@ -31,7 +31,9 @@ class Settings:
         "CLIENT may be '*', matching any name).", multiple=True, metavar="CLIENT=SAVED")
     strict: bool = _setting(
         False, "Also require the sampling parameters (temperature, max_tokens, stop, seed, "
-        "...) to equal the saved request's; a difference fails with replay_params_mismatch.")
+        "...) to equal the saved request's; a difference fails with replay_params_mismatch. "
+        "Under `run`, a tokenizer call (vLLM's /tokenize, ...) that neither a recording nor "
+        "--tokenizer answers then fails the run too.")
     allow_ambiguous: bool = _setting(
         False, "When instances that share a prompt saved different generations, serve them "
         "in saved order instead of failing with replay_ambiguous.")

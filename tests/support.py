@@ -86,6 +86,14 @@ def completion_record(prompt: str | list[int], response: dict[str, Any] | None, 
     return validate(obj, file, line)
 
 
+def tokenizer_record(endpoint: str, request: dict[str, Any], response: dict[str, Any], *,
+                     model: str = MODEL, line: int = 1) -> Record:
+    """A recorded tokenizer exchange (`/tokenize`, `/detokenize`, `/tokenizer_info`)."""
+    obj = {"replay_record": 1, "endpoint": endpoint, "model": model, "request": request,
+           "response": response, "source": {"file": "saved.jsonl", "line": line}}
+    return validate(obj, "saved.jsonl", line)
+
+
 def write_jsonl(path: Path, records: Sequence[Record | dict[str, Any]]) -> Path:
     with path.open("wb") as f:
         for r in records:

@@ -27,6 +27,8 @@ from replay_server.cli import main
 from replay_server.commands import base_urls
 from replay_server.paths import CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH
 from replay_server.wire.families import fields_table
+from replay_server.wire.keys import markdown_table
+from replay_server.wire.tokenizer.fields import DETOKENIZE, TOKENIZE, TOKENIZE_CHAT
 
 ROOT = Path(__file__).parents[2]
 MARKER = re.compile(r"^<!-- generated: ([\w-]+) -->$", re.M)
@@ -80,7 +82,15 @@ def field_tables() -> str:
             f"## Responses API (`/v1/responses`)\n\n{fields_table(RESPONSES_PATH)}")
 
 
+def tokenizer_fields() -> str:
+    """The tokenizer requests' fields (docs/tokenizer.md), from their tables."""
+    return markdown_table([("/tokenize (prompt)", TOKENIZE),
+                           ("/tokenize (messages)", TOKENIZE_CHAT),
+                           ("/detokenize", DETOKENIZE)])
+
+
 GENERATED: dict[str, Callable[[], str]] = {
+    "tokenizer-fields": tokenizer_fields,
     "cli": cli_reference,
     "settings": settings_table,
     "fields": field_tables,

@@ -37,6 +37,9 @@ def summary(loaded: Loaded) -> dict[str, Any]:
             "ambiguous_examples": [_where(e) for e in ambiguous[:3]],
             "unusable_prompts": len(unusable),
             "unusable_examples": [e.unusable[0].unusable for e in unusable[:3]],
+            "tokenizer_answers": sum(1 for v in run.tokenizer.values() if v is not None),
+            "tokenizer_conflicts": sum(1 for v in run.tokenizer.values() if v is None),
+            "max_model_len": run.max_model_len,
         }
     return {
         "files": [{"file": str(path), "format": name} for name, path in loaded.plan.files],
@@ -62,6 +65,12 @@ def render(report: dict[str, Any]) -> list[str]:
         lines.append(f"model {name}: {m['records']} records, {m['prompts']} prompts, "
                      f"{m['samples']} samples, {m['unusable_records']} unusable records")
         lines.append(f"  samples per instance: {per or 'none'}")
+        if m["tokenizer_answers"] or m["tokenizer_conflicts"]:
+            conflicts = m["tokenizer_conflicts"]
+            lines.append(f"  recorded tokenizer answers: {m['tokenizer_answers']}"
+                         + (f", {conflicts} request(s) recorded with different answers "
+                            "(unanswered)" if conflicts else "")
+                         + f"; max_model_len: {m['max_model_len'] or 'unknown'}")
         if m["ambiguous_prompts"]:
             lines.append(f"  ambiguous prompts (replay_ambiguous): {m['ambiguous_prompts']}, "
                          f"e.g. {'; '.join(m['ambiguous_examples'])}")

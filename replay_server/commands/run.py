@@ -14,7 +14,9 @@ Exit status, the first that applies:
 - MISSED (3): a request got no saved generation: a replay error, or any other error
   answer to a POST or a /v1 route (a malformed request, an unknown model, a body too
   large, a wrong API key, an unknown route, an internal error). It outranks COMMAND's
-  own failure: harnesses that exit non-zero when items fail would otherwise hide it;
+  own failure: harnesses that exit non-zero when items fail would otherwise hide it.
+  A tokenizer call (vLLM's /tokenize, ...) that went unanswered is no such request: it
+  carries no generation, so it is reported loudly but fails the run only with --strict;
 - UPSTREAM_FAILED (6): with --upstream, a request forwarded there got no answer to save
   (the upstream's error answer, no answer, a broken stream, an answer that cannot be
   saved): a judge's failed call is scored by harnesses as a verdict;
@@ -80,6 +82,7 @@ def report(replayer: Replayer) -> list[str]:
     lines = ["replay report:", f"  requests: {stats.with_outcome()} ({stats.answered} "
              f"answered from the saved run, {stats.failed()} got no saved generation"
              f"{upstream}{resets})"]
+    lines += tokenizer_lines(replayer)
     if stats.in_flight():
         lines.append(f"  {stats.in_flight()} more request(s) were cut off in flight (begun, "
                      "never sent whole: COMMAND was stopped or its client left); they have "
@@ -138,6 +141,27 @@ def forwarded_lines(replayer: Replayer) -> list[str]:
     return lines
 
 
+def tokenizer_lines(replayer: Replayer) -> list[str]:
+    """The tokenizer calls (vLLM's /tokenize, ...): how they were answered, and, loudly,
+    those that were not (they carry no generation: `run` fails on them only --strict)."""
+    counts = replayer.stats.tokenizer
+    if not counts:
+        return []
+    lines = [f"  tokenizer calls: {counts['recorded']} answered from recordings, "
+             f"{counts['computed']} computed with --tokenizer, {counts['unanswered']} "
+             "unanswered"]
+    unanswered = counts["unanswered"]
+    if unanswered:
+        fails = "fails the run on them" if replayer.rules.strict else "would fail the run"
+        lines.append(f"  WARNING: {unanswered} tokenizer call(s) went unanswered: token "
+                     "counts the harness derives from them may differ; no saved "
+                     f"generation was affected (--strict {fails})")
+        for (endpoint, why), failure in sorted(replayer.stats.tokenizer_unanswered.items(),
+                                               key=lambda f: -f[1].attempts)[:SHOWN]:
+            lines.append(f"    {failure.attempts} x {endpoint}: {why}")
+    return lines
+
+
 def group_of(miss: dict[str, Any]) -> str:
     """What a failure shares with others of one systematic cause: for a miss, the place
     and kind of its first difference from the nearest saved prompt; else its code."""
@@ -176,6 +200,10 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool) -> tuple[int, str
     if stats.failures:
         return MISSED, (f"{len(stats.failures)} distinct request(s) got no saved generation "
                         f"({stats.failed()} attempt(s)): failing")
+    unanswered = stats.tokenizer["unanswered"]
+    if unanswered and replayer.rules.strict:
+        return MISSED, (f"{unanswered} tokenizer call(s) went unanswered, and --strict "
+                        "fails the run on them: failing")
     if stats.forward_failures:
         return UPSTREAM_FAILED, (f"{len(stats.forward_failures)} distinct request(s) "
                                  f"forwarded upstream got no answer to save "
@@ -196,7 +224,9 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool) -> tuple[int, str
     forwarded = sum(c["saved"] for c in stats.forwarded.values())
     return 0, "every request was answered from the saved run" + (
         f" ({unused} saved sample(s) never asked for, allowed)" if unused else "") + (
-        f" or by the upstream ({forwarded} exchange(s) saved)" if forwarded else "")
+        f" or by the upstream ({forwarded} exchange(s) saved)" if forwarded else "") + (
+        f"; {unanswered} tokenizer call(s) went unanswered (no generation was affected: "
+        "see the report)" if unanswered else "")
 
 
 def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequence[str], *,
@@ -250,6 +280,7 @@ def _serve_command(app: Any, settings: Settings, command: Sequence[str], stop_on
                 stopped.set()
                 threading.Thread(target=_stop, args=(proc,), daemon=True).start()
             replayer.stats.on_error = on_error
+            replayer.stats.tokenizer_errors_fail = settings.strict  # they fail it then
         try:
             code = proc.wait()
         except KeyboardInterrupt:

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from ..errors import ReplayServerError
+from ..paths import NO_GENERATION
 from ..saved.loader import context, plan, read
 from ..saved.record import Record
 from ..wire.families import family_of
@@ -60,6 +61,8 @@ def read_requests(paths: Sequence[str], tokenizer: str | None = None) -> Request
     ctx = context(tokenizer=tokenizer)
     found = Requests()
     for record in read(plan(paths, ctx), ctx):
+        if record.endpoint in NO_GENERATION:
+            continue  # a tokenizer call or a model entry: no instance's generation
         source = record.source
         asked = Asked(source, *_keys(record))
         file = resolved(source.get("file"))

@@ -11,6 +11,10 @@ A Responses API record that continues an earlier response (`previous_response_id
 keyed by the conversation that response holds, so it is added once every record is in
 (in saved order, whatever order the files gave the turns in); one whose earlier response
 was not saved is unusable, and says so.
+
+A recorded tokenizer exchange (`/tokenize`, ...) is no generation: its answer is kept by
+key beside the model's entries (`ModelRun.tokenizer`), never as a sample; it and a
+recorded `/v1/models` entry say the model's `max_model_len`.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from typing import Any
 
 import orjson
 
-from ..errors import LoadError
+from ..errors import BadRequest, LoadError
+from ..paths import MODELS_PATH, NO_GENERATION
 from ..saved.record import Record
-from ..wire import keys
+from ..wire import keys, tokenizer
 from ..wire.families import family_of
 from ..wire.family import Family
 from . import heap
@@ -44,12 +49,43 @@ class Builder:
         self._bodies = Bodies()
         self._prompts: dict[tuple[str, str], list[tuple[bytes, str]]] = {}
         self._continuing: list[Record] = []
+        self._lengths: dict[str, set[int]] = {}  # max_model_len in recorded answers
 
     def add(self, record: Record) -> None:
+        if record.endpoint in NO_GENERATION:
+            self._add_no_generation(record)
+            return
         if family_of(record.endpoint).previous_id(record.request) is not None:
             self._continuing.append(record)  # keyed once the turn it continues is in
             return
         self._add(record, None)
+
+    def _add_no_generation(self, record: Record) -> None:
+        """A recorded tokenizer answer, by its key (answers that differ for one key, two
+        tokenizers recorded under one model name, leave it unanswered, never one of
+        them), or a model's `/v1/models` entry: what they say of `max_model_len`."""
+        key = None
+        if record.endpoint != MODELS_PATH:
+            try:
+                key = tokenizer.key(tokenizer.table_of(record.endpoint, record.request),
+                                    record.request)
+            except BadRequest as e:
+                raise LoadError(record.origin, record.source.get("line"), str(e),
+                                field="request") from None
+        length = (record.response or {}).get("max_model_len")
+        if type(length) is int:
+            self._lengths.setdefault(record.model, set()).add(length)
+        if key is None:  # a model listed, and no more: it is served only if it has answers
+            return
+        run = self._models.get(record.model)
+        if run is None:
+            run = self._models[record.model] = ModelRun(record.model)
+        body = orjson.dumps(record.response)
+        answers = run.tokenizer
+        if key not in answers:
+            answers[key] = body
+        elif answers[key] != body:
+            answers[key] = None
 
     def _add(self, record: Record, prompt: dict[str, Any] | None) -> None:
         family = family_of(record.endpoint)
@@ -208,6 +244,8 @@ class Builder:
         heap.trim()
         self._bodies.freeze()
         for run in self._models.values():
+            lengths = self._lengths.get(run.name, set())
+            run.max_model_len = next(iter(lengths)) if len(lengths) == 1 else None
             for key, value in run.entries.items():
                 if isinstance(value, Entry):
                     run.entries[key] = settle(value)

@@ -5,7 +5,8 @@ writes what the server needs; `serve RUN.idx` then starts in well under a second
 the run's size, keeps little in memory, and several worker processes share one copy
 (pages are read through a shared, read-only memory map).
 
-    meta(name, value)              format, version, key version, the sources it was built from
+    meta(name, value)              format, version, key version, the sources it was built
+                                   from, the recorded tokenizer answers (`tokenizer`, JSON)
     models(id, name, records, samples, unusable_records, prompts)
     entries(k BLOB PRIMARY KEY, v)  k = model id (2 bytes) + key; v = one encoded entry
     prompts(id, model_id, kind, prompt, place)
@@ -170,7 +171,7 @@ def write(loaded: Loaded, out: Path) -> int:
                       if needs_cursor(v))
         meta = {"format": FORMAT, "version": str(VERSION), "key_version": str(keys.KEY_VERSION),
                 "built": str(time.time()), "sources": orjson.dumps(sources).decode(),
-                "cursor_prompts": str(cursors)}
+                "cursor_prompts": str(cursors), "tokenizer": _tokenizer_meta(loaded.index)}
         db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
         db.commit()
         db.close()
@@ -189,6 +190,17 @@ def _write_entries(db: sqlite3.Connection, index: Index, ids: dict[str, int]) ->
             (prefix + rid.encode(), None if saved is None else saved.previous,
              None if saved is None else encode(saved.exchange))
             for rid, saved in run.responses.items()))
+
+
+def _tokenizer_meta(index: Index) -> str:
+    """The recorded tokenizer answers, per model (few and small beside the generations:
+    kept whole in `meta`, read into memory when the file is opened)."""
+    return orjson.dumps({
+        name: {"max_model_len": run.max_model_len,
+               "answers": {key.hex(): None if body is None else body.decode()
+                           for key, body in run.tokenizer.items()}}
+        for name, run in index.models.items()
+        if run.tokenizer or run.max_model_len is not None}).decode()
 
 
 def _write_prompts(db: sqlite3.Connection, loaded: Loaded, ids: dict[str, int]) -> None:
@@ -274,6 +286,10 @@ class StoredIndex(Index):
             run = ModelRun(name, records=records, samples=samples, unusable_records=unusable)
             run.entries = StoredEntries(db, model_id, prompts)  # type: ignore[assignment]
             models[name] = run
+        for name, saved in orjson.loads(meta.get("tokenizer", "{}")).items():
+            models[name].max_model_len = saved["max_model_len"]
+            models[name].tokenizer = {bytes.fromhex(k): None if v is None else v.encode()
+                                      for k, v in saved["answers"].items()}
         self.model_ids = {name: model_id for model_id, name, *_ in model_rows}
         super().__init__(models, aliases)
 

@@ -180,6 +180,12 @@ class ModelRun:
     # input (`Family.previous_of`, canonical JSON) and the saved exchange; None
     # when two saved conversations share the id.
     responses: dict[str, SavedResponse | None] = field(default_factory=dict)
+    # vLLM's tokenizer endpoints, kept apart from the generations (they carry none): a
+    # recorded answer's key -> its body; None when recordings answered one key differently.
+    tokenizer: dict[bytes, bytes | None] = field(default_factory=dict)
+    # The model's context length, when every recorded answer that says one (tokenizer
+    # answers, the model's /v1/models entry) says the same.
+    max_model_len: int | None = None
 
 
 @dataclass(slots=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LoadError
+from ..paths import NO_GENERATION
 from ..saved.formats import LoadContext
 from ..saved.loader import Plan, context, plan, progress_bar, read
 from ..saved.record import Record
@@ -58,7 +59,8 @@ def load(paths: Sequence[str | Path], *, skip_bad_lines: bool = False,
                 ctx.bad(error)
                 continue
             per_file[(str(record.source.get("file")), record.model)] += 1
-            if record.response is not None and "previous_response_id" not in record.request:
+            if record.response is not None and "previous_response_id" not in record.request \
+                    and record.endpoint not in NO_GENERATION:
                 examples.setdefault(record.endpoint, record)
         index = builder.build(aliases)
     finally:
@@ -75,8 +77,9 @@ def report_lines(loaded: Loaded) -> list[str]:
              f"({sum(len(r.entries) for r in runs)} prompts) for {len(loaded.index.models)} "
              f"model(s) from {len(loaded.plan.files)} file(s) in {loaded.seconds:.2f}s"]
     for run in sorted(runs, key=lambda r: r.name):
+        answers = f", {len(run.tokenizer)} tokenizer answers" if run.tokenizer else ""
         lines.append(f"  model {run.name}: {run.records} exchanges, {len(run.entries)} prompts, "
-                     f"{run.samples} samples, {run.unusable_records} unusable")
+                     f"{run.samples} samples, {run.unusable_records} unusable{answers}")
     tokenizer = loaded.ctx.tokenizer
     if tokenizer is not None:
         lines += [f"  warning: the tokenizer: {caveat}" for caveat in tokenizer.caveats]

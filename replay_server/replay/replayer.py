@@ -34,6 +34,7 @@ from ..index.index import Entry, Exchange, Index, ModelRun, Selection
 from ..index.samples import Rules, choose, streamed
 from ..paths import RESPONSES_PATH
 from ..saved.record import stream_mismatch
+from ..saved.tokens import LocalTokenizer
 from ..wire import keys
 from ..wire.families import family_of
 from ..wire.family import ReplayRequest
@@ -41,6 +42,7 @@ from ..wire.models import models_body
 from ..wire.selection import recorded
 from .miss import no_match
 from .stats import Stats
+from .tokenizer import TokenizerAnswers
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +97,7 @@ class Replayer:
     path of its own, so it counts and serves exactly as every other request does.
     """
 
-    def __init__(self, index: Index, rules: Rules,
+    def __init__(self, index: Index, rules: Rules, tokenizer: LocalTokenizer | None = None,
                  upstream_models: tuple[str, ...] | None = None) -> None:
         self.index = index
         self.rules = rules
@@ -106,6 +108,8 @@ class Replayer:
         self._frames_ok: set[int] = set()  # exchanges whose recorded frames were checked
         self.stats = Stats(index)
         self.started = time.time()
+        # vLLM's tokenizer endpoints: recorded answers, else computed with `tokenizer`
+        self.tokenizer = TokenizerAnswers(index, self.stats, tokenizer)
 
     def reset(self) -> None:
         """Forget every cursor and counter, as if the server had just started."""
@@ -315,7 +319,9 @@ class Replayer:
                     error.message.replace("\n", " "), f" [{quoted}]" if quoted else "")
 
     def models_body(self) -> bytes:
-        return orjson.dumps(models_body(sorted(self.index.models), int(self.started)))
+        models = self.index.models
+        return orjson.dumps(models_body([(name, models[name].max_model_len)
+                                         for name in sorted(models)], int(self.started)))
 
     def status(self) -> dict[str, Any]:
         outcomes = self.stats.per_model()
@@ -327,5 +333,7 @@ class Replayer:
                   for k in next(iter(models.values()), {})}
         return {"key_version": keys.KEY_VERSION, "uptime_s": round(time.time() - self.started, 3),
                 "models": models, "totals": totals, "rejected": dict(self.stats.rejected),
+                "tokenizer": {k: self.stats.tokenizer[k]
+                              for k in ("recorded", "computed", "unanswered")},
                 "aliases": self.index.aliases,
                 "forwarded": {name: dict(c) for name, c in self.stats.forwarded.items()}}

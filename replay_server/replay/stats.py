@@ -14,6 +14,10 @@ Requests for a model the saved runs lack that went to an upstream (`--upstream`:
 are counted apart, per model asked for, by outcome (`FORWARD_OUTCOMES`): never as replayed,
 and every outcome but `saved` and `abandoned` fails `run`.
 
+vLLM's tokenizer calls (`/tokenize`, ...) are counted apart (`tokenizer`), answered or
+not, with each reason one went unanswered: they carry no generation, so they are no
+failure of the replay (`run` reports them, and fails on them only with `--strict`).
+
 Under `replay-server run` the stats are the run's verdict (`whole_run`): a reset (`POST
 /replay/reset`, which harnesses send before a second pass) starts the cursors over but
 forgets nothing counted here, so a miss of the first pass still fails the run.
@@ -77,6 +81,12 @@ class Stats:
         self.used: dict[int, int] = {}
         self.used_samples: Counter[str] = Counter()
         self.on_error: Callable[[dict[str, Any]], None] | None = None
+        # Called for each unanswered tokenizer call too, when those fail the run (--strict)
+        self.tokenizer_errors_fail = False
+        # vLLM's tokenizer calls, apart from the generations: answered ("recorded",
+        # "computed") or "unanswered"; and each reason one went unanswered, per endpoint.
+        self.tokenizer: Counter[str] = Counter()
+        self.tokenizer_unanswered: dict[tuple[str, str], Failure] = {}
         # Set by `run`: every pass counts, whatever the resets between them.
         self.whole_run = False
         # Requests forwarded upstream, per model asked for (`--upstream`), by outcome; the
@@ -102,6 +112,8 @@ class Stats:
             self.tracked.clear()
         self.used.clear()
         self.used_samples.clear()
+        self.tokenizer.clear()
+        self.tokenizer_unanswered.clear()
 
     def hit(self, model: str, entry: Entry | Exchange, selection: Selection) -> None:
         self.counts[model]["hits"] += 1
@@ -217,6 +229,22 @@ class Stats:
         if self.on_error is not None:
             self.on_error(miss)
 
+    def tokenizer_error(self, endpoint: str, model: str | None, why: str) -> bool:
+        """A tokenizer call that got no answer (never a generation: not a failure of the
+        replay, see replay/tokenizer.py); True for the first of its endpoint and reason."""
+        self.tokenizer["unanswered"] += 1
+        now = round(time.time(), 3)
+        miss = {"time": now, "model": model, "endpoint": endpoint, "why": why}
+        if self.tokenizer_errors_fail and self.on_error is not None:
+            self.on_error(miss)
+        failure = self.tokenizer_unanswered.get((endpoint, why))
+        if failure is None:
+            self.tokenizer_unanswered[(endpoint, why)] = Failure(miss, 1, now)
+            return True
+        failure.attempts += 1
+        failure.last_time = now
+        return False
+
     def failed(self) -> int:
         """Requests that got no saved generation, retries included."""
         return sum(f.attempts for f in self.failures.values())
@@ -225,9 +253,10 @@ class Stats:
         return self.index.models[model].samples - self.used_samples[model]
 
     def with_outcome(self) -> int:
-        """Requests that got an answer: from the saved run, an error, a reset's, or one
-        forwarded upstream (whatever became of it)."""
-        return self.answered + self.failed() + self.resets + sum(
+        """Requests that got an answer: from the saved run, an error, a reset's, a
+        tokenizer call's (answered or not), or one forwarded upstream (whatever became of
+        it)."""
+        return self.answered + self.failed() + self.resets + self.tokenizer.total() + sum(
             sum(c.values()) for c in self.forwarded.values())
 
     def in_flight(self) -> int:

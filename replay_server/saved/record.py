@@ -14,13 +14,16 @@
      "source": {"file": ..., "line": ..., "harness": ..., "instance": ...}}
 
 The endpoint is `/v1/chat/completions`, `/v1/completions` or `/v1/responses` (whose
-`response` is the final response object). A completion record holds one prompt: a batch is
-saved as one record per prompt, each with `batch` (the batch's `usage`, which cannot be
-split, and the prompt's place in it). `stream` is optional (records without it are read as
-before): the frames of a recorded stream, exactly as the upstream sent them, which must
-aggregate to `response`. Every reader yields these; the recorder and `convert` write
-them; the index reads nothing else. This module validates and serialises records; it never
-decides what to serve.
+`response` is the final response object), or one of vLLM's tokenizer endpoints
+(`/tokenize`, `/detokenize`, `/tokenizer_info`: a recorded answer, never a generation,
+which the index keeps apart from the generations), or `/v1/models`, whose `response` is
+one model's entry of the list (its `max_model_len`).
+A completion record holds one prompt: a batch is saved as one record per prompt, each with
+`batch` (the batch's `usage`, which cannot be split, and the prompt's place in it).
+`stream` is optional (records without it are read as before): the frames of a recorded
+stream, exactly as the upstream sent them, which must aggregate to `response`. Every
+reader yields these; the recorder and `convert` write them; the index reads nothing else.
+This module validates and serialises records; it never decides what to serve.
 """
 
 from __future__ import annotations
@@ -30,8 +33,16 @@ from typing import Any
 
 import orjson
 
-from ..errors import LoadError, where_of
-from ..paths import CHAT_PATH, COMPLETION_PATH, ENDPOINTS, RESPONSES_PATH
+from ..errors import BadRequest, LoadError, where_of
+from ..paths import (
+    CHAT_PATH,
+    COMPLETION_PATH,
+    ENDPOINTS,
+    MODELS_PATH,
+    NO_GENERATION,
+    RESPONSES_PATH,
+)
+from ..wire import tokenizer
 from ..wire.completions.request import is_token_ids, split_prompts
 from ..wire.families import family_of
 from ..wire.json_types import class_words, type_name
@@ -172,9 +183,11 @@ def make_record(endpoint: Any, model: Any, request: Any, response: Any, source: 
     """
     if type(endpoint) is not str or endpoint not in ENDPOINTS:
         endpoint = _want(file, line, "endpoint", endpoint, str)
+        if endpoint in NO_GENERATION:
+            return _no_generation(endpoint, model, request, response, source, file, line)
         if endpoint not in ENDPOINTS:
-            raise _fail(file, line, "endpoint",
-                        f"expected one of {', '.join(ENDPOINTS)}, got {endpoint!r}")
+            raise _fail(file, line, "endpoint", "expected one of "
+                        f"{', '.join(ENDPOINTS + NO_GENERATION)}, got {endpoint!r}")
     if type(model) is not str or not model:
         if not _want(file, line, "model", model, str):
             raise _fail(file, line, "model", "must not be empty")
@@ -207,6 +220,39 @@ def make_record(endpoint: Any, model: Any, request: Any, response: Any, source: 
         _check_stream(stream, endpoint, response, file, line)
     return Record(endpoint, model, request, response, source, reason, sample_usage, file,
                   forms, stream, batch)
+
+
+def _no_generation(endpoint: str, model: Any, request: Any, response: Any, source: Any,
+                   file: str, line: int | None) -> Record:
+    """A recorded exchange that carries no generation: a tokenizer call vLLM accepts and
+    the answer it gave, or one model's entry in `/v1/models` (never unusable: recorded
+    only when it was answered)."""
+    if type(model) is not str or not model:
+        if not _want(file, line, "model", model, str):
+            raise _fail(file, line, "model", "must not be empty")
+    if type(request) is not dict:
+        request = _want(file, line, "request", request, dict)
+    if endpoint == MODELS_PATH:
+        problem = _model_entry_problem(model, response)
+    else:
+        try:
+            tokenizer.check(endpoint, request)
+        except BadRequest as e:
+            raise _fail(file, line, "request", str(e)) from None
+        problem = tokenizer.answer_problem(endpoint, response)
+    if problem is not None:
+        raise _fail(file, line, "response", problem)
+    return Record(endpoint, model, request, response, _source(source, file, line),
+                  origin=file)
+
+
+def _model_entry_problem(model: str, response: Any) -> str | None:
+    if not isinstance(response, dict) or response.get("id") != model:
+        return "expected the model's entry of /v1/models (an object whose `id` is `model`)"
+    length = response.get("max_model_len")
+    if length is not None and type(length) is not int:
+        return "`max_model_len` must be an integer"
+    return None
 
 
 def _check_prompt(endpoint: str, request: dict[str, Any], file: str, line: int | None,

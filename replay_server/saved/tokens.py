@@ -121,6 +121,16 @@ class LocalTokenizer:
         text: str = self.backend.decode([token_id], skip_special_tokens=False)
         return text
 
+    def token_strs(self, ids: Sequence[int]) -> list[str | None]:
+        """transformers' `convert_ids_to_tokens` (what vLLM's `/tokenize` answers as
+        `token_strs`): each id's token as the vocabulary spells it (None: no such id)."""
+        return [self.backend.id_to_token(i) for i in ids]
+
+    def vocab_size(self) -> int:
+        """How many ids the tokenizer knows, added tokens included."""
+        size: int = self.backend.get_vocab_size(with_added_tokens=True)
+        return size
+
     def _model_type(self) -> str:
         return type(self.backend.model).__name__
 

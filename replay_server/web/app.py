@@ -4,7 +4,10 @@ The three replay endpoints (chat, completions, responses) are the hot path. They
 ASGI apps (`ReplayEndpoint`) that `ReplayApp` calls first, ahead of FastAPI's middleware,
 routing, dependency and response machinery, which costs several times the replay work
 itself. They are also mounted as routes (so a GET on them is a 405, not a 404) and
-documented in the OpenAPI schema. Everything else is ordinary FastAPI, in `routes.py`.
+documented in the OpenAPI schema. vLLM's tokenizer endpoints (`/tokenize`, `/detokenize`,
+`/tokenizer_info`, at the root as vLLM serves them) go the same way, to the Replayer's
+`tokenizer` (replay/tokenizer.py), whose errors are counted apart: they carry no
+generation. Everything else is ordinary FastAPI, in `routes.py`.
 Every error, whichever layer raises it, leaves as the OpenAI envelope with
 `x-should-retry: false`, and every error sent for a POST or a /v1 route is counted
 (`Stats`), so that `run` fails on it even when the harness swallows it. With `--upstream`,
@@ -29,8 +32,9 @@ from .. import __version__, errors
 from ..errors import BadRequest, PayloadTooLarge, ReplayServerError, Unauthorized
 from ..index.index import Index
 from ..index.samples import Rules
-from ..paths import ENDPOINTS
+from ..paths import ENDPOINTS, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
 from ..replay.replayer import Replayer
+from ..saved.loader import context
 from ..settings import Settings
 from ..wire.families import family_of
 from .recorder import Recorder
@@ -39,6 +43,12 @@ from .schema import openapi
 from .upstream import Upstream
 
 log = logging.getLogger(__name__)
+
+TOKENIZER_METHODS = {TOKENIZER_INFO_PATH: "GET"}  # the other endpoints take a POST
+# What --api-key leaves open: /health, and the tokenizer endpoints, as vLLM does (its key
+# guards /v1 only): olmo-eval's tokenizer client sends no key. They reveal nothing saved
+# that the request does not already hold.
+UNGUARDED = frozenset({"/health", *TOKENIZER_ENDPOINTS})
 
 
 async def send_error(send: Send, error: ReplayServerError) -> None:
@@ -55,7 +65,9 @@ def internal_error(exc: BaseException) -> ReplayServerError:
 
 class ReplayEndpoint:
     """POST /v1/chat/completions, /v1/completions or /v1/responses, as a plain ASGI app
-    (`ReplayApp` calls it first; any ASGI server can serve it).
+    (`ReplayApp` calls it first; any ASGI server can serve it); and vLLM's tokenizer
+    endpoints (POST /tokenize, /detokenize, GET /tokenizer_info) the same way, answered by
+    the Replayer's `tokenizer`, which counts them apart from the generations.
 
     Its answer is known whole at once (a stream's frames are all saved), so it leaves in
     one start and one body message. The headers alone can decide it (a missing or wrong
@@ -67,7 +79,9 @@ class ReplayEndpoint:
                  api_key: bytes | None = None, upstream: Upstream | None = None) -> None:
         self.replayer = replayer
         self.endpoint = endpoint
-        self.envelope = family_of(endpoint).error_body  # the family's own error body
+        # the family's own error body (a tokenizer endpoint's is vLLM's, the OpenAI one)
+        self.envelope = family_of(endpoint).error_body if endpoint in ENDPOINTS else None
+        self.tokenizer = endpoint in TOKENIZER_ENDPOINTS
         self.max_body = max_body
         self.api_key = api_key
         self.upstream = upstream
@@ -87,16 +101,20 @@ class ReplayEndpoint:
                 body = message.get("body", b"")
             if len(body) > self.max_body:
                 raise self._counted(self.too_large(len(body)))
-            if self.upstream is not None and (model := self.replayer.forwards(body)):
+            if self.upstream is not None and not self.tokenizer and (
+                    model := self.replayer.forwards(body)):
                 await self.upstream.forward(scope, receive, send, self.endpoint, body, model)
                 return
-            reply = self.replayer.handle(self.endpoint, body)  # counts what it raises
+            if self.tokenizer:  # counts what it raises, apart
+                headers, data = self.replayer.tokenizer.answer(self.endpoint, body)
+            else:
+                reply = self.replayer.handle(self.endpoint, body)  # counts what it raises
+                headers, data = reply.headers, reply.body
+            status = 200
         except ReplayServerError as error:
             status, headers, data = errors.render(error, self.envelope)
         except Exception as exc:
             status, headers, data = errors.render(self._counted(internal_error(exc)), self.envelope)
-        else:
-            status, headers, data = 200, reply.headers, reply.body
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": data})
 
@@ -161,10 +179,10 @@ def _counted(scope: Scope) -> bool:
 class ReplayApp(FastAPI):
     """A FastAPI app that sends POSTs to the replay endpoints straight to them, ahead of
     its middleware, routing and response machinery; with an API key, it (or the endpoint)
-    turns away every request but `GET /health` that does not carry
-    `Authorization: Bearer KEY`."""
+    turns away every request but `GET /health` and the tokenizer endpoints (`UNGUARDED`)
+    that does not carry `Authorization: Bearer KEY`."""
 
-    fast_paths: dict[str, ReplayEndpoint]
+    fast_paths: dict[tuple[str, str], ReplayEndpoint]  # (method, path)
     replayer: Replayer
     api_key: bytes | None = None
 
@@ -172,12 +190,11 @@ class ReplayApp(FastAPI):
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
-        if scope["method"] == "POST":
-            endpoint = self.fast_paths.get(scope["path"])
-            if endpoint is not None:  # it checks the API key itself
-                await endpoint(scope, receive, send)
-                return
-        if self.api_key is not None and scope["path"] != "/health" \
+        endpoint = self.fast_paths.get((scope["method"], scope["path"]))
+        if endpoint is not None:  # it checks the API key itself
+            await endpoint(scope, receive, send)
+            return
+        if self.api_key is not None and scope["path"] not in UNGUARDED \
                 and not authorized(scope["headers"], self.api_key):
             error = unauthorized()
             if _counted(scope):
@@ -224,7 +241,8 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     message = f"{detail}: {request.method} {request.url.path}"
     if exc.status_code == 404:
         message += (" (this server answers /v1/chat/completions, /v1/completions, "
-                    "/v1/responses, /v1/models)")
+                    "/v1/responses, /v1/models, and vLLM's /tokenize, /detokenize, "
+                    "/tokenizer_info)")
     return _error_response(kind(message))
 
 
@@ -250,6 +268,7 @@ def create_app(settings: Settings, index: Index, recorder: Recorder | None = Non
     requests for a model the saved runs lack go through it to the upstream (the caller
     closes its writer; the app, its client)."""
     replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous),
+                        context(tokenizer=settings.tokenizer).tokenizer,
                         settings.upstream_patterns() if recorder is not None else None)
     upstream = Upstream(recorder, replayer) if recorder is not None else None
 
@@ -267,10 +286,12 @@ def create_app(settings: Settings, index: Index, recorder: Recorder | None = Non
     app.state.settings = settings
     app.state.recorder = recorder
     api_key = settings.api_key.encode() if settings.api_key else None
-    endpoints = {path: ReplayEndpoint(replayer, path, settings.max_body_size, api_key, upstream)
-                 for path in ENDPOINTS}
-    for path, endpoint in endpoints.items():
-        app.router.routes.append(Route(path, endpoint, methods=["POST"]))
+    endpoints = {(TOKENIZER_METHODS.get(path, "POST"), path):
+                 ReplayEndpoint(replayer, path, settings.max_body_size,
+                                None if path in TOKENIZER_ENDPOINTS else api_key, upstream)
+                 for path in ENDPOINTS + TOKENIZER_ENDPOINTS}
+    for (method, path), endpoint in endpoints.items():
+        app.router.routes.append(Route(path, endpoint, methods=[method]))
     app.include_router(router)
     app.fast_paths = endpoints
     app.replayer = replayer

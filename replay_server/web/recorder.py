@@ -4,9 +4,14 @@
 
 - `/v1/chat/completions`, `/v1/completions` and `/v1/responses` are forwarded with the
   client's headers (Authorization included; it is never written down) and their answers
-  saved as native records; every other path and method (`/v1/models`, embeddings, files,
-  `GET /v1/responses/{id}`, a path the upstream does not have, ...) is forwarded untouched
-  and not saved: the client gets the upstream's own status and body.
+  saved as native records; so are vLLM's tokenizer calls (`POST /tokenize`,
+  `POST /detokenize`, `GET /tokenizer_info`: deterministic, so a replay answers them
+  from the recording), one that names no model saved under the upstream's only model
+  (`GET /v1/models`; one to a server of several models is not saved); and each model's
+  entry of `GET /v1/models` (its `max_model_len`, which the replay's list then gives);
+  every other path and method (embeddings, files, `GET /v1/responses/{id}`, a path the
+  upstream does not have, ...) is forwarded untouched and not saved: the client
+  gets the upstream's own status and body.
 - A stream passes through chunk by chunk as it arrives, while its family's aggregator
   (`Family.aggregator`) rebuilds the body the server would have sent unstreamed; the
   stream's frames are saved too, as sent, so that a replay sends the same deltas in the
@@ -57,7 +62,14 @@ from starlette.types import Receive, Scope, Send
 
 from .. import __version__, errors
 from ..errors import LoadError
-from ..paths import ENDPOINTS
+from ..paths import (
+    DETOKENIZE_PATH,
+    ENDPOINTS,
+    MODELS_PATH,
+    NO_GENERATION,
+    TOKENIZE_PATH,
+    TOKENIZER_ENDPOINTS,
+)
 from ..saved.record import batch_parts, dump_line, make_record, strip_transport
 from ..saved.writer import RecordWriter
 from ..wire.families import family_of
@@ -85,14 +97,22 @@ def _forward_headers(headers: Any) -> dict[str, str]:
 
 
 def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
-                upstream: str, run: str, frames: list[str] | None = None) -> bytes:
+                upstream: str, run: str, frames: list[str] | None = None,
+                model: str | None = None) -> bytes:
     """The native record line(s) of one exchange (a batched completion: one per prompt,
     each with the batch's usage); a stream's frames are saved with it as they were sent
-    (a streamed batch's are not: its prompts are replayed in small deltas)."""
+    (a streamed batch's are not: its prompts are replayed in small deltas). `model`: the
+    model of a tokenizer call that names none (the upstream's only model)."""
     request = strip_transport(request)
-    model = request.get("model") or response.get("model")
+    model = request.get("model") or response.get("model") or model
+    if path == MODELS_PATH:  # one model's entry of the list
+        model = response.get("id")
     source = {"harness": "replay-server record", "upstream": upstream, "run": run,
               "time": round(time.time(), 3)}
+    if path in NO_GENERATION:
+        record = make_record(path, model, request, response, source, "(recording)", None)
+        record.source = source
+        return dump_line(record)
     parts = batch_parts(request, response, uuid.uuid4().hex) if family_of(path).batched \
         else [(request, response, None)]
     lines = []
@@ -117,6 +137,7 @@ class Recorder:
         self.own_key = own_key
         self.run = f"record-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.counts: Counter[str] = Counter()
+        self._model: str | None = None  # the upstream's only model ("": several)
         self.client = httpx.AsyncClient(base_url=self.upstream, timeout=httpx.Timeout(
             None, connect=10.0))
 
@@ -134,10 +155,43 @@ class Recorder:
         if hook is not None:
             hook(outcome, why)
 
+    async def _only_model(self) -> str | None:
+        """The upstream's one model (`GET /v1/models`, asked once), for a tokenizer call
+        that names none (vLLM answers those with its served model); None when it serves
+        several, or none can be read."""
+        if self._model is None:
+            try:
+                listed = (await self.client.get("/v1/models")).json()["data"]
+                self._model = listed[0]["id"] if len(listed) == 1 else ""
+            except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+                return None  # (asked again next time: the upstream may be starting)
+        return self._model or None
+
+    async def _save_models(self, answer: dict[str, Any], hook: Outcome | None) -> None:
+        """`GET /v1/models`: each model's entry (what it says of `max_model_len`), as a
+        record of that model; an answer of another shape is forwarded, not saved."""
+        listed = answer.get("data")
+        entries = [e for e in listed if isinstance(e, dict) and isinstance(e.get("id"), str)
+                   and e["id"]] if isinstance(listed, list) else []
+        if not entries:
+            self.tally("unrecordable", "the model list has no model entries", hook)
+            return
+        for entry in entries:
+            await self._save(MODELS_PATH, {}, entry)
+
     async def _save(self, path: str, request: dict[str, Any], response: dict[str, Any],
                     frames: list[str] | None = None, hook: Outcome | None = None) -> None:
+        model = None
+        if path in TOKENIZER_ENDPOINTS and not request.get("model"):
+            model = await self._only_model()
+            if model is None:
+                log.warning("not recorded (%s): the call names no model, and the upstream's "
+                            "/v1/models does not list exactly one to save it under", path)
+                self.tally("unrecordable", "the call names no model", hook)
+                return
         try:
-            lines = records_for(path, request, response, self.upstream, self.run, frames)
+            lines = records_for(path, request, response, self.upstream, self.run, frames,
+                                model)
         except (LoadError, ValueError) as e:
             log.warning("not recorded (%s): %s", path, e)
             self.tally("unrecordable", f"the answer cannot be saved: {e}", hook)
@@ -194,8 +248,12 @@ class Recorder:
             watcher.cancel()
             return self._abandoned(path, hook)
         out_headers = _forward_headers(reply.headers)
-        recordable = method == "POST" and path in ENDPOINTS and parsed is not None \
-            and reply.status_code == 200
+        no_generation = path in NO_GENERATION and method == \
+            ("POST" if path in (TOKENIZE_PATH, DETOKENIZE_PATH) else "GET")
+        if no_generation and method == "GET":
+            parsed = {}  # (no body, and a request of no fields)
+        recordable = (method == "POST" and path in ENDPOINTS or no_generation) \
+            and parsed is not None and reply.status_code == 200
         if recordable and parsed is not None and parsed.get("stream") is True:
             watcher.cancel()  # the relay watches the client itself
             return _Relay(self, path, parsed, reply, out_headers, hook)
@@ -221,6 +279,8 @@ class Recorder:
                 self.tally("forwarded", "", hook)
         elif (answer := _json_object(content)) is None:
             self.tally("unrecordable", "the answer is not a JSON object", hook)
+        elif path == MODELS_PATH:
+            await self._save_models(answer, hook)
         else:
             await self._save(path, parsed or {}, answer, hook=hook)
         return Response(content, reply.status_code, out_headers)

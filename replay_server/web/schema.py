@@ -15,8 +15,15 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from ..paths import ENDPOINTS
+from ..paths import (
+    DETOKENIZE_PATH,
+    ENDPOINTS,
+    TOKENIZE_PATH,
+    TOKENIZER_ENDPOINTS,
+    TOKENIZER_INFO_PATH,
+)
 from ..wire.families import family_of
+from ..wire.tokenizer.fields import DETOKENIZE, TOKENIZE, TOKENIZE_CHAT
 
 ERROR = {
     "type": "object", "required": ["error"], "description": "The OpenAI error envelope "
@@ -38,6 +45,31 @@ REPLAY_ANSWERS = {
     "413": {"description": "Request body over --max-body-size"},
 }
 
+TOKENIZER_ANSWERS = {
+    "200": {"description": "vLLM's answer: recorded, or computed with --tokenizer",
+            "content": {"application/json": {}}},
+    "400": {"description": "Malformed request"},
+    "404": {"description": "Unknown model, or `tokenizer_unanswered`: neither a recording "
+                           "nor --tokenizer can answer it (no generation is affected)"},
+    "413": {"description": "Request body over --max-body-size"},
+}
+
+
+def _tokenizer_routes() -> list[tuple[str, str, dict[str, Any] | None]]:
+    return [
+        ("post", TOKENIZE_PATH, {"anyOf": [TOKENIZE.schema("prompt", {}),
+                                           TOKENIZE_CHAT.schema("messages", {})]}),
+        ("post", DETOKENIZE_PATH, DETOKENIZE.schema("tokens", {})),
+        ("get", TOKENIZER_INFO_PATH, None),
+    ]
+
+
+def _tokenizer_answers(method: str) -> dict[str, Any]:
+    """What a tokenizer route answers (a GET has no body: never 400 nor 413)."""
+    if method == "get":
+        return {k: v for k, v in TOKENIZER_ANSWERS.items() if k in ("200", "404")}
+    return dict(TOKENIZER_ANSWERS)
+
 
 def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
     """The schema of `app`, made once; `api_key`: every route but /health asks for one."""
@@ -51,6 +83,14 @@ def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
             "requestBody": {"required": True, "content": {
                 "application/json": {"schema": family_of(path).schema}}},
             "responses": dict(REPLAY_ANSWERS)}}
+    for method, path, body in _tokenizer_routes():
+        operation: dict[str, Any] = {
+            "summary": f"vLLM's {path}: a recorded answer, else computed with --tokenizer",
+            "responses": _tokenizer_answers(method)}
+        if body is not None:
+            operation["requestBody"] = {"required": True, "content": {
+                "application/json": {"schema": body}}}
+        schema["paths"][path] = {method: operation}
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)
@@ -59,7 +99,7 @@ def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
         for operation in operations.values():
             answers = operation["responses"]
             answers.pop("422", None)
-            if api_key and path != "/health":
+            if api_key and path != "/health" and path not in TOKENIZER_ENDPOINTS:
                 answers["401"] = {"description": "Missing or wrong API key (--api-key)"}
             for status, answer in answers.items():
                 if int(status) >= 400:

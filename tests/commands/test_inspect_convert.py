@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 
 from replay_server.index.loading import load
-from tests.support import chat_record, chat_response, write_jsonl
+from tests.support import chat_record, chat_response, tokenizer_record, write_jsonl
 
 ROOT = Path(__file__).parents[2]
 CLI = [sys.executable, "-m", "replay_server"]
@@ -66,3 +66,20 @@ def test_convert_refuses_to_overwrite_an_input(tmp_path: Path) -> None:
     result = run("convert", path, "-o", path)
     assert result.returncode == 2 and "is one of the inputs" in result.stderr
     assert path.read_bytes() == before
+
+
+def test_inspect_and_convert_keep_recorded_tokenizer_answers(tmp_path: Path) -> None:
+    saved = write_jsonl(tmp_path / "r.jsonl", [
+        chat_record("q", chat_response("a")),
+        tokenizer_record("/tokenize", {"prompt": "Hi"},
+                         {"count": 1, "max_model_len": 64, "tokens": [3]}, line=2),
+        tokenizer_record("/detokenize", {"tokens": [3]}, {"prompt": "Hi"}, line=3),
+        tokenizer_record("/detokenize", {"tokens": [3]}, {"prompt": "Ho"}, line=4)])
+    report = json.loads(run("inspect", saved, "--json").stdout)["models"]["test/model"]
+    assert (report["records"], report["tokenizer_answers"], report["tokenizer_conflicts"],
+            report["max_model_len"]) == (1, 1, 1, 64)
+    assert "recorded tokenizer answers: 1, 1 request(s) recorded with different answers" \
+        in run("inspect", saved).stdout
+    out = tmp_path / "all.jsonl"
+    assert run("convert", saved, "-o", out).returncode == 0
+    assert load([out], progress=False).index.models == load([saved], progress=False).index.models

@@ -54,6 +54,43 @@ def test_a_command_that_gets_every_answer_passes() -> None:
     assert "every request was answered from the saved run" in result.stderr
 
 
+TOKENIZE = f"""
+import httpx
+base = os.environ["OPENAI_BASE_URL"].removesuffix("/v1")
+print(httpx.post(base + "/tokenize", json={{"model": "{MODEL}", "prompt": "Hi"}}).status_code)
+"""
+
+
+def test_an_unanswered_tokenizer_call_is_reported_loudly_but_passes() -> None:
+    result = run("--", sys.executable, "-c", ALL + TOKENIZE)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "404"
+    assert "tokenizer calls: 0 answered from recordings, 0 computed with --tokenizer, 1 " \
+        "unanswered" in result.stderr
+    assert "WARNING: 1 tokenizer call(s) went unanswered: token counts the harness derives " \
+        "from them may differ; no saved generation was affected (--strict would fail the " \
+        "run)" in result.stderr
+    assert "1 tokenizer call(s) went unanswered (no generation was affected" in result.stderr
+
+
+def test_an_unanswered_tokenizer_call_fails_the_run_with_strict() -> None:
+    # (only the tokenizer call: --strict would also compare the sampling parameters)
+    result = run("--strict", "--", sys.executable, "-c", ASK + TOKENIZE)
+    assert result.returncode == 3, result.stderr
+    assert "1 tokenizer call(s) went unanswered, and --strict fails the run on them" \
+        in result.stderr
+
+
+def test_stop_on_miss_stops_at_an_unanswered_tokenizer_call_only_with_strict() -> None:
+    loose = run("--stop-on-miss", "--", sys.executable, "-c", ALL + TOKENIZE)
+    assert loose.returncode == 0 and "stopped COMMAND" not in loose.stderr
+    strict = run("--strict", "--stop-on-miss", "--", sys.executable, "-c",
+                 ASK + TOKENIZE + "import time; time.sleep(60); print('not stopped')")
+    assert strict.returncode == 3, strict.stderr
+    assert "stopped COMMAND at the first miss" in strict.stderr
+    assert "not stopped" not in strict.stdout
+
+
 def test_a_swallowed_miss_fails_the_run_with_the_reason() -> None:
     result = run("--", sys.executable, "-c", ASK + "print(chat('Name a colour'))")
     assert result.stdout.strip() == "error 400"

@@ -55,7 +55,8 @@ def test_compare_reads_the_report_by_endpoint_and_prompt(tmp_path: Path) -> None
 def test_a_request_forwarded_upstream_is_a_report_line_that_compare_reads(
         tmp_path: Path) -> None:
     path = _report(tmp_path, "2+2?")
-    replayer = Replayer(build([chat_record("2+2?", chat_response("4"))]), Rules(), ())
+    replayer = Replayer(build([chat_record("2+2?", chat_response("4"))]), Rules(),
+                        upstream_models=())
     replayer.stats.tracked = {}
     body = orjson.dumps({"model": "judge", "messages": user("grade 4")})
     assert replayer.forwards(body) == "judge"

@@ -59,6 +59,7 @@ from starlette.routing import Route
 from tests.fakemodel.behaviour import FakeModel
 from tests.fakemodel.bodies import build_chat, build_completion, chat_chunks, completion_chunks
 from tests.fakemodel.responses_api import routes as responses_routes
+from tests.fakemodel.tokenizer_api import routes as tokenizer_routes
 
 
 def _error(message: str, status: int = 400, param: str | None = None) -> JSONResponse:
@@ -165,6 +166,7 @@ def create_app(
         Route("/health", health, methods=["GET"]),
         Route("/version", version, methods=["GET"]),
         *responses_routes(fm),
+        *tokenizer_routes(fm),
     ]
     app = Starlette(routes=routes)
     app.state.fakemodel = fm

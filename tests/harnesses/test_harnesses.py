@@ -25,7 +25,16 @@ import pytest
 
 from tests.fakemodel.server import create_app as fake_model
 from tests.harnesses import inspect_runs, lm_eval_runs
-from tests.harnesses.commands import MODEL, REPLAY, ROOT, all_hit, offline_env, run, service
+from tests.harnesses.commands import (
+    MODEL,
+    REPLAY,
+    ROOT,
+    Ran,
+    all_hit,
+    offline_env,
+    run,
+    service,
+)
 from tests.harnesses.lm_eval_runs import BASE, CASES, under_run
 from tests.support import running
 
@@ -378,3 +387,52 @@ def send(client: openai.OpenAI, path: str, body: dict[str, Any]) -> Any:
     known = set(inspect.signature(create).parameters)
     return create(**{k: v for k, v in body.items() if k in known},
                   extra_body={k: v for k, v in body.items() if k not in known})
+
+
+def olmo_eval_rescoring(run_dir: Path, tmp: Path, *options: str) -> tuple[Ran, list[Any]]:
+    """olmo-eval's vllm_server provider (the stand-in: olmo_eval_stand_in.py) rescoring
+    its own saved files under `replay-server run`: every usable instance's request, then
+    the /tokenize calls its metrics collector makes where the answer has no count."""
+    out = tmp / "rescored.jsonl"
+    ran = run("olmo-eval vllm_server under run", [
+        *REPLAY, "run", str(run_dir), *options, "--", sys.executable, "-m",
+        "tests.harnesses.olmo_eval_stand_in", str(run_dir / "expected_requests.jsonl"),
+        str(out)], offline_env(tmp), ROOT, RUN_PRINTED)
+    return ran, [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def saved_texts(run_dir: Path, source: dict[str, Any]) -> list[str]:
+    """What olmo-eval saved for an instance: the raw text (`original_text`, else `text`)."""
+    for line in (run_dir / source["file"]).read_text().splitlines():
+        row = json.loads(line)
+        if row["doc_id"] == source["doc_id"]:
+            return [o.get("original_text", o["text"]) for o in row["model_output"]]
+    raise AssertionError(source)
+
+
+@pytest.mark.parametrize("name", ["run_basic", "run_old_builder"])
+def test_olmo_eval_rescores_its_own_files_under_plain_run_despite_its_tokenize_calls(
+        name: str, tmp_path: Path) -> None:
+    """olmo-eval's collector asks /tokenize for the counts the answer lacks (a saved run
+    keeps no prompt count; the old builder no count at all). Nothing records them, and no
+    --tokenizer computes them: they go unanswered, the provider estimates, and `run`
+    passes, saying so loudly, with every prediction the saved one. (It exited 3: a 404
+    from /tokenize was counted as a replay miss.)"""
+    run_dir = ROOT / "tests" / "data" / "olmo_eval" / name
+    ran, rescored = olmo_eval_rescoring(run_dir, tmp_path)
+    assert ran.code == 0, ran.output
+    calls = sum(len(r["tokenizer_answered"]) for r in rescored)
+    assert calls >= 4 and not any(ok for r in rescored for ok in r["tokenizer_answered"])
+    assert f"WARNING: {calls} tokenizer call(s) went unanswered: token counts the harness " \
+        "derives from them may differ; no saved generation was affected" in ran.output
+    assert "0 got no saved generation" in ran.output
+    for instance in rescored:
+        assert instance["texts"] == saved_texts(run_dir, instance["source"])
+
+
+def test_olmo_eval_rescoring_fails_on_unanswered_tokenize_calls_under_strict(
+        tmp_path: Path) -> None:
+    run_dir = ROOT / "tests" / "data" / "olmo_eval" / "run_old_builder"
+    ran, _ = olmo_eval_rescoring(run_dir, tmp_path, "--strict")
+    assert ran.code == 3, ran.output
+    assert "--strict fails the run on them: failing" in ran.output

@@ -15,7 +15,18 @@ from replay_server.index.file import StoredIndex
 from replay_server.index.loading import load
 from replay_server.settings import Settings
 from replay_server.wire.keys import KEY_VERSION
-from tests.support import CLI, ROOT, chat_record, chat_response, serving, spawn, user, write_jsonl
+from tests.support import (
+    CLI,
+    MODEL,
+    ROOT,
+    chat_record,
+    chat_response,
+    serving,
+    spawn,
+    tokenizer_record,
+    user,
+    write_jsonl,
+)
 
 SAVED = [ROOT / "examples", ROOT / "tests" / "data" / "openai_batch"]
 
@@ -161,3 +172,19 @@ def test_workers_are_refused_without_an_index_or_with_ordered_samples(built: Pat
     ordered = subprocess.run([*CLI, "serve", str(built), "--workers", "2"],
                              capture_output=True, text=True, cwd=ROOT)
     assert ordered.returncode == 2 and "serve this run with --workers 1" in ordered.stderr
+
+
+def test_the_index_keeps_the_recorded_tokenizer_answers(tmp_path: Path) -> None:
+    saved = write_jsonl(tmp_path / "run.jsonl", [
+        chat_record("q", chat_response("a")),
+        tokenizer_record("/tokenize", {"prompt": "Hello"},
+                         {"count": 1, "max_model_len": 64, "tokens": [9]}, line=2),
+        tokenizer_record("/detokenize", {"tokens": [9]}, {"prompt": "Hello"}, line=3),
+        tokenizer_record("/detokenize", {"tokens": [9]}, {"prompt": "Hi"}, line=4)])
+    out = tmp_path / "run.idx"
+    loading = load([saved], progress=False)
+    index_file.write(loading, out)
+    loaded, stored = loading.index.models[MODEL], StoredIndex(out).models[MODEL]
+    assert stored.tokenizer == loaded.tokenizer and len(stored.tokenizer) == 2
+    assert None in stored.tokenizer.values()  # the detokenize recordings differ
+    assert stored.max_model_len == loaded.max_model_len == 64

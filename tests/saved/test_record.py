@@ -86,7 +86,8 @@ BAD_LINES: list[tuple[Any, str]] = [
     (changed(chat(), lambda o: o.pop("endpoint")), "f.jsonl:7: field `endpoint`: missing"),
     (changed(chat(), lambda o: o.update(endpoint="/v1/embeddings")),
      "f.jsonl:7: field `endpoint`: expected one of /v1/chat/completions, /v1/completions, "
-     "/v1/responses, got '/v1/embeddings'"),
+     "/v1/responses, /tokenize, /detokenize, /tokenizer_info, /v1/models, got "
+     "'/v1/embeddings'"),
     (changed(chat(), lambda o: o.update(model=3)),
      "f.jsonl:7: field `model`: expected a string, got an integer"),
     (changed(chat(), lambda o: o.update(model="")),
@@ -369,3 +370,32 @@ def test_any_line_is_a_record_or_a_precise_error(base: dict[str, Any], mutations
         return
     assert record.endpoint in (CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH)
     assert record.response is not None or record.unusable
+
+
+@pytest.mark.parametrize(("endpoint", "request_", "response", "message"), [
+    ("/tokenize", {"prompt": 3}, {"count": 0, "tokens": []},
+     "field `request`: `prompt` must be a string, got an integer"),
+    ("/tokenize", {"prompt": "a"}, {"count": 2, "tokens": [1]},
+     "field `response`: `count` must be the number of `tokens`"),
+    ("/detokenize", {"tokens": [1]}, {"text": "a"}, "field `response`: `prompt` must be"),
+    ("/v1/models", {}, {"id": "other"}, "field `response`: expected the model's entry"),
+    ("/v1/models", {}, {"id": "m", "max_model_len": "4k"},
+     "field `response`: `max_model_len` must be an integer"),
+])
+def test_a_bad_record_of_no_generation_is_named_with_its_field(
+        endpoint: str, request_: dict[str, Any], response: Any, message: str) -> None:
+    line = {MARKER: 1, "endpoint": endpoint, "model": "m", "request": request_,
+            "response": response}
+    with pytest.raises(LoadError) as e:
+        validate(line, "f.jsonl", 7)
+    assert str(e.value).startswith(f"f.jsonl:7: {message}")
+
+
+def test_records_of_no_generation_round_trip() -> None:
+    for endpoint, request_, response in [
+            ("/tokenize", {"prompt": "a"}, {"count": 1, "max_model_len": 8, "tokens": [5]}),
+            ("/tokenizer_info", {}, {"tokenizer_class": "X"}),
+            ("/v1/models", {}, {"id": "m", "object": "model", "max_model_len": 8})]:
+        record = validate({MARKER: 1, "endpoint": endpoint, "model": "m",
+                           "request": request_, "response": response}, "f.jsonl", 1)
+        assert validate(orjson.loads(dump_line(record)), "f.jsonl", 1).response == response

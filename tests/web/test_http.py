@@ -247,9 +247,14 @@ def test_the_api_key_is_checked() -> None:
                 post(CHAT, chat("2+2?"), "authorization: Bearer sesame"),
                 post(RESPONSES_PATH, {"model": MODEL, "input": "hi"}),
                 post(CHAT, chat("x" * MAX_BODY)), get("/health"), get("/v1/models"),
-                post(CHAT, chat("2+2?"), "authorization: Bearer sesame", chunks=2)]
+                post(CHAT, chat("2+2?"), "authorization: Bearer sesame", chunks=2),
+                # the tokenizer endpoints are open, as vLLM's (its key guards /v1 only):
+                # no recorded answer here, so each is a tokenizer_unanswered 404, not a 401
+                post("/tokenize", {"model": MODEL, "prompt": "x"}), get("/tokenizer_info")]
     answers, _ = served(lambda port: one_by_one(port, requests), api_key="sesame")
-    assert [status_of(a) for a in answers] == [401, 401, 200, 401, 401, 200, 401, 200]
+    assert [status_of(a) for a in answers] == [401, 401, 200, 401, 401, 200, 401, 200,
+                                               404, 404]
+    assert all(b"tokenizer_unanswered" in a for a in answers[-2:])
 
 
 def test_connection_close_is_answered_then_closed() -> None:

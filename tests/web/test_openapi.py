@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from replay_server.saved.record import Record
 from replay_server.settings import Settings
 from replay_server.web.app import create_app
 from tests.support import (
@@ -18,12 +19,18 @@ from tests.support import (
     chat_response,
     completion_record,
     completion_response,
+    tokenizer_record,
     user,
 )
 from tests.web.test_http import responses_record
 
 RECORDS = [chat_record("q", chat_response("a")),
-           completion_record("p", completion_response(" b"), line=2), responses_record()]
+           completion_record("p", completion_response(" b"), line=2), responses_record(),
+           tokenizer_record("/tokenize", {"model": MODEL, "prompt": "p"},
+                            {"count": 1, "max_model_len": 64, "tokens": [7],
+                             "token_strs": None}, line=3),
+           tokenizer_record("/detokenize", {"tokens": [7]}, {"prompt": "p"}, line=4),
+           tokenizer_record("/tokenizer_info", {}, {"tokenizer_class": "X"}, line=5)]
 BIG = "x" * 5000
 # route -> requests (query, JSON body) that, between them, get every answer it can give
 REQUESTS: dict[tuple[str, str], list[dict[str, Any]]] = {
@@ -49,6 +56,15 @@ REQUESTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"json": {"model": MODEL, "input": "hi"}}, {"json": {"model": MODEL, "input": 3}},
         {"json": {"model": "no/such", "input": "hi"}},
         {"json": {"model": MODEL, "input": BIG}}],
+    ("POST", "/tokenize"): [
+        {"json": {"model": MODEL, "prompt": "p"}}, {"json": {"model": MODEL, "prompt": 3}},
+        {"json": {"model": MODEL, "prompt": "never recorded"}},
+        {"json": {"model": MODEL, "prompt": BIG}}],
+    ("POST", "/detokenize"): [
+        {"json": {"model": MODEL, "tokens": [7]}}, {"json": {"tokens": "7"}},
+        {"json": {"model": "no/such", "tokens": [7]}},
+        {"json": {"model": MODEL, "tokens": [7] * 2000}}],
+    ("GET", "/tokenizer_info"): [{}],
 }
 
 
@@ -58,10 +74,11 @@ def documented(schema: dict[str, Any]) -> dict[tuple[str, str], set[int]]:
             for method, operation in operations.items()}
 
 
-async def answered(settings: Settings, headers: dict[str, str]
+async def answered(settings: Settings, headers: dict[str, str],
+                   records: list[Record] = RECORDS
                    ) -> tuple[dict[str, Any], dict[tuple[str, str], set[int]]]:
     """The app's schema, and the statuses it answered on each route to `REQUESTS`."""
-    app = create_app(settings, build(RECORDS))
+    app = create_app(settings, build(records))
     seen: dict[tuple[str, str], set[int]] = {}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://test", headers=headers) as client:
@@ -79,6 +96,12 @@ async def test_the_schema_lists_what_each_route_answers(api_key: str | None) -> 
     schema, seen = await answered(Settings(max_body_size=4000, api_key=api_key),
                                   {"authorization": f"Bearer {api_key}"} if api_key else {})
     assert set(documented(schema)) == set(REQUESTS)  # every route, and a test of each
+    # and once more with no recorded tokenizer answer (GET /tokenizer_info is then a 404)
+    _, unrecorded = await answered(Settings(max_body_size=4000, api_key=api_key),
+                                   {"authorization": f"Bearer {api_key}"} if api_key else {},
+                                   RECORDS[:3])
+    for route, statuses in unrecorded.items():
+        seen[route] |= statuses
     if api_key:  # and once more without the key: refused but /health
         _, refused = await answered(Settings(max_body_size=4000, api_key=api_key), {})
         for route, statuses in refused.items():
