@@ -2,7 +2,7 @@
 
 A page says `<!-- generated: NAME -->` on a line of its own where the text that GENERATED
 renders for NAME goes (the command-line reference from click's own objects, the settings
-table, the request-field tables), so generated text is never written into a page by hand
+table, the request-field tables, the variables `run` sets), so generated text is never written into a page by hand
 and cannot drift from the code. The hook also adds the README as a page (the docs link to
 its sections until they move here) and fails the build on any page that would load a
 script, stylesheet or font from another host: the site must work offline.
@@ -23,7 +23,14 @@ from mkdocs.structure.pages import Page
 
 from replay_server import settings
 from replay_server.cli import main
-from replay_server.paths import CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH
+from replay_server.commands import base_urls
+from replay_server.paths import (
+    CHAT_PATH,
+    COMPLETION_PATH,
+    COUNT_TOKENS_PATH,
+    MESSAGES_PATH,
+    RESPONSES_PATH,
+)
 from replay_server.wire.families import fields_table
 
 ROOT = Path(__file__).parents[2]
@@ -75,13 +82,21 @@ def field_tables() -> str:
     """The request-field tables of each API, under a heading each. The one place that says
     where they come from: re-point it when the tables move."""
     return (f"## Chat and completions\n\n{fields_table(CHAT_PATH, COMPLETION_PATH)}\n\n"
-            f"## Responses API (`/v1/responses`)\n\n{fields_table(RESPONSES_PATH)}")
+            f"## Responses API (`/v1/responses`)\n\n{fields_table(RESPONSES_PATH)}\n\n"
+            "## Anthropic's Messages API (`/v1/messages`, `/v1/messages/count_tokens`)\n\n"
+            f"{fields_table(MESSAGES_PATH, COUNT_TOKENS_PATH)}")
+
+
+def base_url_variables() -> str:
+    """The variables `run` sets in COMMAND's environment (`commands/base_urls.py`)."""
+    return base_urls.markdown_table()
 
 
 GENERATED: dict[str, Callable[[], str]] = {
     "cli": cli_reference,
     "settings": settings_table,
     "fields": field_tables,
+    "base-urls": base_url_variables,
 }
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 import time
 from collections import ChainMap
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
+from uuid import uuid4
 
 import orjson
 
@@ -34,7 +36,7 @@ from ..saved.record import stream_mismatch
 from ..wire import keys
 from ..wire.families import family_of
 from ..wire.family import ReplayRequest
-from ..wire.models import models_body
+from ..wire.models import anthropic_models_body, models_body
 from ..wire.selection import recorded
 from .miss import no_match
 from .stats import Stats
@@ -105,10 +107,12 @@ class Replayer:
         self.cursors.clear()
         self.stats.reset()
 
-    def handle(self, endpoint: str, body: bytes) -> Reply:
-        """The reply to one request, or a ReplayServerError (counted and logged here, rendered
+    def handle(self, endpoint: str, body: bytes,
+               headers: Iterable[tuple[bytes, bytes]] = ()) -> Reply:
+        """The reply to one request (its body, and its headers for a family that reads
+        some: `Family.headers`), or a ReplayServerError (counted and logged here, rendered
         by the caller)."""
-        request, run = self._request(endpoint, body)
+        request, run = self._request(endpoint, body, headers)
         if request.family.chained:
             self._key_responses(run, request)
         chosen, moves = self._choose(run, request)
@@ -128,11 +132,12 @@ class Replayer:
                 stats.served(run.name, endpoint, key, selection[0][0].where)
         return reply
 
-    def _request(self, endpoint: str, body: bytes) -> tuple[ReplayRequest, ModelRun]:
+    def _request(self, endpoint: str, body: bytes, headers: Iterable[tuple[bytes, bytes]]
+                 ) -> tuple[ReplayRequest, ModelRun]:
         """The parsed request and the saved run its `model` selects."""
         request = None
         try:
-            request = family_of(endpoint).parse(body)
+            request = family_of(endpoint).parse(body, headers)
             return request, self.index.select(request.model)
         except ReplayServerError as error:
             asked = request.model if request is not None else _named_model(body)
@@ -143,14 +148,16 @@ class Replayer:
                ) -> Reply:
         """The reply that sends these samples; a stream's recorded frames are checked first
         (the last thing that can fail)."""
-        source = (SOURCE_HEADER, _source_header(sent[0][0][0]))
+        headers = [(SOURCE_HEADER, _source_header(sent[0][0][0]))]
+        if request.family.id_header is not None:  # (one id per request, as the API's)
+            headers.append((request.family.id_header, b"req_replay_%s" % uuid4().hex.encode()))
         if not request.stream:
             body = request.family.reply(sent)
-            return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), source], body)
+            return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers], body)
         self._check_frames(model, request.endpoint, sent, request.model)
         # Every event is known at once: one write of all of them (chunked, no length),
         # rather than one per event, which only costs time.
-        return Reply([*SSE_HEADERS, source],
+        return Reply([*SSE_HEADERS, *headers],
                      request.family.stream(sent, request.include_usage))
 
     def _check_frames(self, model: str | None, endpoint: str, selections: list[Selection],
@@ -275,8 +282,11 @@ class Replayer:
         log.warning("%s model=%s %s: %s%s", kind, named, endpoint,
                     error.message.replace("\n", " "), f" [{quoted}]" if quoted else "")
 
-    def models_body(self) -> bytes:
-        return orjson.dumps(models_body(sorted(self.index.models), int(self.started)))
+    def models_body(self, anthropic: bool = False) -> bytes:
+        """The model list, in Anthropic's shape if `anthropic` (its `anthropic-version`
+        header), else vLLM's."""
+        shape = anthropic_models_body if anthropic else models_body
+        return orjson.dumps(shape(sorted(self.index.models), int(self.started)))
 
     def status(self) -> dict[str, Any]:
         outcomes = self.stats.per_model()

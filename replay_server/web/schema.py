@@ -4,7 +4,8 @@ FastAPI derives it from the routes, but says two things this server never does: 
 every route with a parameter (a validation error is answered 400 here, as OpenAI and vLLM
 answer it: litellm takes 422 for "unsupported parameter"), and no error bodies at all.
 So the replay endpoints (plain ASGI apps, invisible to FastAPI) are described here, 422
-is dropped, every error is the OpenAI envelope, and 401 is listed where an API key is
+is dropped, every error is the OpenAI envelope (an API family's own where it has one:
+Anthropic's on /v1/messages), and 401 is listed where an API key is
 asked for. tests/web/test_openapi.py sends each route the requests that get each status.
 """
 
@@ -45,13 +46,18 @@ def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, routes=app.routes,
                          description=app.description)
+    envelopes = {}  # path -> its error schema's name, where not the OpenAI envelope's
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
     for path in ENDPOINTS:
+        own = family_of(path).error_schema
+        if own is not None:
+            envelopes[path] = own[0]
+            components[own[0]] = own[1]
         schema["paths"][path] = {"post": {
             "summary": f"Replay a saved answer ({path})",
             "requestBody": {"required": True, "content": {
                 "application/json": {"schema": family_of(path).schema}}},
-            "responses": dict(REPLAY_ANSWERS)}}
-    components = schema.setdefault("components", {}).setdefault("schemas", {})
+            "responses": {k: dict(v) for k, v in REPLAY_ANSWERS.items()}}}
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)
     components["Error"] = ERROR
@@ -63,7 +69,8 @@ def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
                 answers["401"] = {"description": "Missing or wrong API key (--api-key)"}
             for status, answer in answers.items():
                 if int(status) >= 400:
+                    name = envelopes.get(path, "Error")
                     answer["content"] = {"application/json": {
-                        "schema": {"$ref": "#/components/schemas/Error"}}}
+                        "schema": {"$ref": f"#/components/schemas/{name}"}}}
     app.openapi_schema = schema
     return schema

@@ -252,10 +252,12 @@ def test_a_bad_base_url_variable_name_is_a_bad_option() -> None:
     assert result.returncode == 2 and "--base-url-var 'NOT-A-NAME'" in result.stderr
 
 
-def test_the_readme_lists_every_base_url_variable_run_sets() -> None:
+def test_the_docs_list_every_base_url_variable_run_sets() -> None:
     from replay_server.commands.base_urls import markdown_table
+    from tests.test_docs import hook
 
-    assert markdown_table() in (ROOT / "README.md").read_text()
+    page = (ROOT / "docs/reference/environment.md").read_text()
+    assert markdown_table() in hook().render(page, "environment.md")
 
 
 @pytest.mark.harness
