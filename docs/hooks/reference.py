@@ -4,8 +4,9 @@ A page says `<!-- generated: NAME -->` on a line of its own where the text that 
 renders for NAME goes (the command-line reference from click's own objects, the settings
 table, the request-field tables, the variables `run` sets), so generated text is never
 written into a page by hand and cannot drift from the code. The hook also adds the README
-as a page (the docs link to its sections until they move here) and fails the build on any page that would load a
-script, stylesheet or font from another host: the site must work offline.
+as a page (the docs link to its sections until they move here) and fails the build on any
+page that would load a script, stylesheet or font from another host: the site must work
+offline.
 """
 
 from __future__ import annotations
