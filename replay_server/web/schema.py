@@ -28,7 +28,7 @@ ERROR = {
                        "param": {"type": ["string", "null"]},
                        "code": {"type": ["string", "integer", "null"]}}}},
 }
-REPLAY_ANSWERS = {
+REPLAY_ANSWERS: dict[str, dict[str, Any]] = {
     "200": {"description": "The saved response, as the original server sent it (a saved "
                            "or replayed stream when the request asks for one)",
             "content": {"application/json": {}, "text/event-stream": {}}},
