@@ -8,7 +8,8 @@ and saves each exchange.
   (Authorization and x-api-key included; they are never written down) and their answers
   saved as native records, with the headers that are request fields (`anthropic-beta`);
   every other path and method (`/v1/models`, embeddings, files, `GET /v1/responses/{id}`,
-  a path the upstream does not have, ...) is forwarded untouched and not saved: the client gets the upstream's own status and body.
+  a path the upstream does not have, ...) is forwarded untouched and not saved: the
+  client gets the upstream's own status and body.
 - A stream passes through chunk by chunk as it arrives, while its family's aggregator
   (`Family.aggregator`) rebuilds the body the server would have sent unstreamed; the
   stream's frames are saved too, as sent, so that a replay sends the same deltas in the
