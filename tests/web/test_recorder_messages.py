@@ -48,11 +48,13 @@ def session(client: anthropic.Anthropic) -> dict[str, Any]:
     call = client.messages.create(model=MODEL, max_tokens=100, tools=TOOLS,
                                   messages=ask("Use the calculator: what is 6 + 7?"))
     out["call"] = call.model_dump()
-    out["result"] = client.messages.create(model=MODEL, max_tokens=100, tools=TOOLS, messages=[
-        *ask("Use the calculator: what is 6 + 7?"),
-        {"role": "assistant", "content": call.to_dict()["content"]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.content[0].id,
-                                      "content": "13"}]}]).model_dump()
+    blocks = call.to_dict()["content"]
+    turns: Any = [*ask("Use the calculator: what is 6 + 7?"),
+                  {"role": "assistant", "content": blocks},
+                  {"role": "user", "content": [{"type": "tool_result", "content": "13",
+                                                "tool_use_id": blocks[0]["id"]}]}]
+    out["result"] = client.messages.create(model=MODEL, max_tokens=100, tools=TOOLS,
+                                           messages=turns).model_dump()
     with client.messages.stream(model=MODEL, max_tokens=2048, thinking=THINK,
                                 messages=ask("What is 8 + 9?")) as stream:
         out["stream_text"] = list(stream.text_stream)
