@@ -48,7 +48,7 @@ def session(client: anthropic.Anthropic) -> dict[str, Any]:
     call = client.messages.create(model=MODEL, max_tokens=100, tools=TOOLS,
                                   messages=ask("Use the calculator: what is 6 + 7?"))
     out["call"] = call.model_dump()
-    blocks = call.to_dict()["content"]
+    blocks: Any = call.to_dict()["content"]
     turns: Any = [*ask("Use the calculator: what is 6 + 7?"),
                   {"role": "assistant", "content": blocks},
                   {"role": "user", "content": [{"type": "tool_result", "content": "13",
