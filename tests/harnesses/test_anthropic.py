@@ -8,6 +8,8 @@ client does not retry, and `run` exits 3."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import shutil
 import sys
 from collections.abc import Iterator
@@ -46,7 +48,7 @@ def claude(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Claude]:
 
 def recorded(claude: Claude, name: str, command: list[str], printed: str) -> tuple[Path, str]:
     """`command` run once through the recorder, with Anthropic's variables at it."""
-    recording = claude.dir / f"{name}.jsonl"
+    recording = claude.dir / (re.sub(r"\W+", "-", name) + ".jsonl")
     with service("record", "--upstream", claude.fake, "--out", str(recording)) as rec:
         root = rec.url.removesuffix("/v1")
         ran = run(f"{name}: original run, recorded", [
@@ -61,7 +63,7 @@ def under_run(claude: Claude, name: str, saved: Path, command: list[str]
               ) -> tuple[int, str]:
     """`replay-server run SAVED -- COMMAND` (`{root}` in it: the replay's root URL)."""
     line = " ".join(f'"{a.replace("{root}", "$ANTHROPIC_BASE_URL")}"' if "{root}" in a
-                    else json.dumps(a) for a in command)
+                    else shlex.quote(a) for a in command)
     ran = run(f"{name}: rescored", [*REPLAY, "run", str(saved), "--", "sh", "-c", line],
               claude.env, claude.tasks, RUN_PRINTED)
     return ran.code, ran.output
