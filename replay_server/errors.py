@@ -84,11 +84,17 @@ class ReplayServerError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def shown(self) -> str:
+        """The message as every envelope shows it: defused (see the module docstring)."""
+        return _defuse(self.message)
+
     def body(self) -> dict[str, Any]:
+        """The OpenAI envelope (an API family with its own envelope renders `shown()` in
+        it: `wire.family.Family.error_body`)."""
         code = self.code if self.code is not None else self.status
         return {
             "error": {
-                "message": _defuse(self.message),
+                "message": self.shown(),
                 "type": self.type,
                 "param": self.param,
                 "code": code,

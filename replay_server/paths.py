@@ -7,8 +7,10 @@ the route that answers it), so the paths live here, importing nothing.
 CHAT_PATH = "/v1/chat/completions"
 COMPLETION_PATH = "/v1/completions"
 RESPONSES_PATH = "/v1/responses"
+MESSAGES_PATH = "/v1/messages"  # Anthropic's
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 
-ENDPOINTS = (CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH)
+ENDPOINTS = (CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH, MESSAGES_PATH, COUNT_TOKENS_PATH)
 """The replay endpoints: their answers are saved generations."""
 
 # vLLM's tokenizer endpoints, at the root as vLLM serves them (not under /v1).

@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from replay_server.commands.serve import open_run
 from replay_server.index import builder as indexing
 from replay_server.index.index import Index
-from replay_server.paths import CHAT_PATH, COMPLETION_PATH
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH, MESSAGES_PATH
 from replay_server.saved.record import Record, validate
 from replay_server.settings import Settings
 from replay_server.web import listen
@@ -91,6 +91,32 @@ def tokenizer_record(endpoint: str, request: dict[str, Any], response: dict[str,
     """A recorded tokenizer exchange (`/tokenize`, `/detokenize`, `/tokenizer_info`)."""
     obj = {"replay_record": 1, "endpoint": endpoint, "model": model, "request": request,
            "response": response, "source": {"file": "saved.jsonl", "line": line}}
+    return validate(obj, "saved.jsonl", line)
+
+
+def message_response(*blocks: dict[str, Any] | str, stop: str | None = "end_turn",
+                     rid: str = "msg_01", usage: Any = "auto") -> dict[str, Any]:
+    """An Anthropic Messages answer: its blocks (a string is a text block)."""
+    content = [{"type": "text", "text": b} if isinstance(b, str) else b for b in blocks]
+    if usage == "auto":
+        usage = {"input_tokens": 12, "cache_creation_input_tokens": 0,
+                 "cache_read_input_tokens": 0, "output_tokens": 7, "service_tier": "standard"}
+    return {"id": rid, "type": "message", "role": "assistant", "model": MODEL,
+            "content": content, "stop_reason": stop, "stop_sequence": None, "usage": usage}
+
+
+def message_record(messages: list[dict[str, Any]] | str, response: dict[str, Any] | None,
+                   *, model: str = MODEL, line: int = 1, endpoint: str = MESSAGES_PATH,
+                   stream: list[str] | None = None, **request: Any) -> Record:
+    if isinstance(messages, str):
+        messages = user(messages)
+    obj: dict[str, Any] = {
+        "replay_record": 1, "endpoint": endpoint, "model": model,
+        "request": {"model": model, "messages": messages, **request}, "response": response,
+        "unusable": None if response is not None else "failed",
+        "source": {"file": "saved.jsonl", "line": line}}
+    if stream is not None:
+        obj["stream"] = stream
     return validate(obj, "saved.jsonl", line)
 
 

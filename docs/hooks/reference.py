@@ -25,7 +25,13 @@ from mkdocs.structure.pages import Page
 from replay_server import settings
 from replay_server.cli import main
 from replay_server.commands import base_urls
-from replay_server.paths import CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH
+from replay_server.paths import (
+    CHAT_PATH,
+    COMPLETION_PATH,
+    COUNT_TOKENS_PATH,
+    MESSAGES_PATH,
+    RESPONSES_PATH,
+)
 from replay_server.wire.families import fields_table
 from replay_server.wire.keys import markdown_table
 from replay_server.wire.tokenizer.fields import DETOKENIZE, TOKENIZE, TOKENIZE_CHAT
@@ -79,7 +85,9 @@ def field_tables() -> str:
     """The request-field tables of each API, under a heading each. The one place that says
     where they come from: re-point it when the tables move."""
     return (f"## Chat and completions\n\n{fields_table(CHAT_PATH, COMPLETION_PATH)}\n\n"
-            f"## Responses API (`/v1/responses`)\n\n{fields_table(RESPONSES_PATH)}")
+            f"## Responses API (`/v1/responses`)\n\n{fields_table(RESPONSES_PATH)}\n\n"
+            "## Anthropic's Messages API (`/v1/messages`, `/v1/messages/count_tokens`)\n\n"
+            f"{fields_table(MESSAGES_PATH, COUNT_TOKENS_PATH)}")
 
 
 def tokenizer_fields() -> str:

@@ -2,6 +2,9 @@
 document read, each pointed at the replay in the form its reader expects, with its API key
 variable set to the run's key.
 
+Anthropic's clients take the server's root (no /v1) and its key from ANTHROPIC_API_KEY
+(sent as `x-api-key`, which the replay accepts like a Bearer key).
+
 Harnesses take their server from different variables, and some read one before another
 (langchain-openai reads OPENAI_API_BASE before OPENAI_BASE_URL; camel-ai reads
 OPENAI_API_BASE_URL first): a stale value of any of them left in the user's environment
@@ -60,6 +63,13 @@ VARIABLES: tuple[Variable, ...] = (
              "evalscope's LLM judge (its key, MODELSCOPE_SDK_TOKEN, is also the ModelScope "
              "hub login: left alone)"),
     Variable("OC_JUDGE_API_BASE", True, "OC_JUDGE_API_KEY", "OpenCompass's LLM judges"),
+    # Anthropic's API: its clients append /v1/messages to the server's root
+    Variable("ANTHROPIC_BASE_URL", False, "ANTHROPIC_API_KEY",
+             "the anthropic SDK and what builds on it (inspect_ai `anthropic/`, Claude "
+             "Code), litellm `anthropic/` (newer, after ANTHROPIC_API_BASE)"),
+    Variable("ANTHROPIC_API_BASE", False, "ANTHROPIC_API_KEY", "litellm `anthropic/`"),
+    Variable("ANTHROPIC_API_BASE_URL", False, "ANTHROPIC_API_KEY",
+             "scripts built on the anthropic SDK that read their own (camel-ai's examples)"),
 )
 
 

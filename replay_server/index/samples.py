@@ -60,9 +60,17 @@ def generations(body: dict[str, Any]) -> list[bytes]:
     """The generation ids of a saved body: one per choice; a Responses answer is one
     generation, its output items without their ids (which the model never chose: two
     servers answering alike hand out other ids), its status and why it is incomplete.
-    Call ids are kept: a later turn echoes them, so they are part of what was said."""
+    Call ids are kept: a later turn echoes them, so they are part of what was said. A
+    Messages answer is its content blocks (signatures and tool call ids included: a later
+    turn sends them back), `stop_reason` and `stop_sequence`; any other whole body (a
+    count_tokens answer) is itself."""
     if "choices" in body:
         return [generation_id(c) for c in body["choices"]]
+    if body.get("type") == "message":
+        return [generation_id({k: body.get(k) for k in ("content", "stop_reason",
+                                                          "stop_sequence")})]
+    if "output" not in body:
+        return [generation_id(body)]
     return [generation_id({"output": output_items(body),
                            "status": body.get("status"),
                            "incomplete_details": body.get("incomplete_details")})]

@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import ChainMap
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import quote
+from uuid import uuid4
 
 import orjson
 
@@ -38,7 +40,7 @@ from ..saved.tokens import LocalTokenizer
 from ..wire import keys
 from ..wire.families import family_of
 from ..wire.family import ReplayRequest
-from ..wire.models import models_body
+from ..wire.models import anthropic_models_body, models_body
 from ..wire.selection import recorded
 from .miss import no_match
 from .stats import Stats
@@ -116,10 +118,12 @@ class Replayer:
         self.cursors.clear()
         self.stats.reset()
 
-    def handle(self, endpoint: str, body: bytes) -> Reply:
-        """The reply to one request, or a ReplayServerError (counted and logged here, rendered
+    def handle(self, endpoint: str, body: bytes,
+               headers: Iterable[tuple[bytes, bytes]] = ()) -> Reply:
+        """The reply to one request (its body, and its headers for a family that reads
+        some: `Family.headers`), or a ReplayServerError (counted and logged here, rendered
         by the caller)."""
-        request, run = self._request(endpoint, body)
+        request, run = self._request(endpoint, body, headers)
         if request.family.chained:
             self._key_responses(run, request)
         chosen, moves = self._choose(run, request)
@@ -171,11 +175,12 @@ class Replayer:
             log.warning("upstream error (%s) model=%s %s: %s", outcome, model, endpoint,
                         why.replace("\n", " "))
 
-    def _request(self, endpoint: str, body: bytes) -> tuple[ReplayRequest, ModelRun]:
+    def _request(self, endpoint: str, body: bytes, headers: Iterable[tuple[bytes, bytes]]
+                 ) -> tuple[ReplayRequest, ModelRun]:
         """The parsed request and the saved run its `model` selects."""
         request = None
         try:
-            request = family_of(endpoint).parse(body)
+            request = family_of(endpoint).parse(body, headers)
             return request, self.index.select(request.model)
         except ReplayServerError as error:
             asked = request.model if request is not None else _named_model(body)
@@ -186,14 +191,16 @@ class Replayer:
                ) -> Reply:
         """The reply that sends these samples; a stream's recorded frames are checked first
         (the last thing that can fail)."""
-        source = (SOURCE_HEADER, _source_header(sent[0][0][0]))
+        headers = [(SOURCE_HEADER, _source_header(sent[0][0][0]))]
+        if request.family.id_header is not None:  # (one id per request, as the API's)
+            headers.append((request.family.id_header, b"req_replay_%s" % uuid4().hex.encode()))
         if not request.stream:
             body = request.family.reply(sent)
-            return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), source], body)
+            return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers], body)
         self._check_frames(model, request.endpoint, sent, request.model)
         # Every event is known at once: one write of all of them (chunked, no length),
         # rather than one per event, which only costs time.
-        return Reply([*SSE_HEADERS, source],
+        return Reply([*SSE_HEADERS, *headers],
                      request.family.stream(sent, request.include_usage))
 
     def _check_frames(self, model: str | None, endpoint: str, selections: list[Selection],
@@ -318,8 +325,12 @@ class Replayer:
         log.warning("%s model=%s %s: %s%s", kind, named, endpoint,
                     error.message.replace("\n", " "), f" [{quoted}]" if quoted else "")
 
-    def models_body(self) -> bytes:
+    def models_body(self, anthropic: bool = False) -> bytes:
+        """The model list, in Anthropic's shape if `anthropic` (its `anthropic-version`
+        header), else vLLM's (each model's `max_model_len` as recorded, if it was)."""
         models = self.index.models
+        if anthropic:
+            return orjson.dumps(anthropic_models_body(sorted(models), int(self.started)))
         return orjson.dumps(models_body([(name, models[name].max_model_len)
                                          for name in sorted(models)], int(self.started)))
 

@@ -13,8 +13,10 @@
      "batch": {"id", "index", "size", "usage"},     # optional: the batch a prompt was in
      "source": {"file": ..., "line": ..., "harness": ..., "instance": ...}}
 
-The endpoint is `/v1/chat/completions`, `/v1/completions` or `/v1/responses` (whose
-`response` is the final response object), or one of vLLM's tokenizer endpoints
+The endpoint is `/v1/chat/completions`, `/v1/completions`, `/v1/responses` (whose
+`response` is the final response object), or Anthropic's `/v1/messages` (the message) and
+`/v1/messages/count_tokens` (`{"input_tokens": N}`); a Messages request keeps its
+`anthropic-beta` header as the field of that name. Or one of vLLM's tokenizer endpoints
 (`/tokenize`, `/detokenize`, `/tokenizer_info`: a recorded answer, never a generation,
 which the index keeps apart from the generations), or `/v1/models`, whose `response` is
 one model's entry of the list (its `max_model_len`).
@@ -37,7 +39,9 @@ from ..errors import BadRequest, LoadError, where_of
 from ..paths import (
     CHAT_PATH,
     COMPLETION_PATH,
+    COUNT_TOKENS_PATH,
     ENDPOINTS,
+    MESSAGES_PATH,
     MODELS_PATH,
     NO_GENERATION,
     RESPONSES_PATH,
@@ -207,8 +211,8 @@ def make_record(endpoint: Any, model: Any, request: Any, response: Any, source: 
     if type(response) is not dict and not isinstance(response, dict):
         raise _fail(file, line, "response",
                     f"expected an object or null, got {type_name(response)}")
-    if endpoint == RESPONSES_PATH:
-        reason = _responses_unusable(response, file, line)
+    if family_of(endpoint).whole:
+        reason = _WHOLE_UNUSABLE[endpoint](response, file, line)
         if stream is not None:
             _check_stream(stream, endpoint, response, file, line)
         return Record(endpoint, model, request, response, source, reason, origin=file,
@@ -274,8 +278,15 @@ def _check_prompt(endpoint: str, request: dict[str, Any], file: str, line: int |
         if not (isinstance(prompt, str) or is_token_ids(prompt)):
             raise _fail(file, line, at + "prompt", "expected one prompt: a string or a list "
                         "of token ids (a batch is saved as one record per prompt)")
-    elif not isinstance(request.get("input"), str | list):
-        raise _fail(file, line, at + "input", "expected a string or a list of input items")
+    elif endpoint == RESPONSES_PATH:
+        if not isinstance(request.get("input"), str | list):
+            raise _fail(file, line, at + "input", "expected a string or a list of input items")
+    else:  # Messages, count_tokens
+        messages = request.get("messages")
+        if not (isinstance(messages, list) and messages
+                and all(isinstance(m, dict) for m in messages)):
+            raise _fail(file, line, at + "messages",
+                        "expected a non-empty list of message objects")
 
 
 # A source's fields that identify an instance: compared and hashed, so plain values only.
@@ -447,6 +458,36 @@ def _responses_unusable(response: dict[str, Any], file: str, line: int | None) -
     return None
 
 
+def _message_unusable(response: dict[str, Any], file: str, line: int | None) -> str | None:
+    """Check a saved Messages body's shape; why it is not an answer, or None. An empty
+    `content` is an answer; a message never finished (no `stop_reason`) is not."""
+    if response.get("type") == "error":
+        return f"the saved answer is an error: {orjson.dumps(response.get('error')).decode()[:200]}"
+    content = response.get("content", MISSING)
+    if type(content) is not list:
+        content = _want(file, line, "response.content", content, list)
+    for i, block in enumerate(content):
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise _fail(file, line, f"response.content[{i}]",
+                        "expected a block object with a string `type`")
+    stop = response.get("stop_reason")
+    if stop is not None and not isinstance(stop, str):
+        raise _fail(file, line, "response.stop_reason",
+                    f"expected a string or null, got {type_name(stop)}")
+    return None if stop is not None else "the saved message has no `stop_reason`: unfinished"
+
+
+def _count_unusable(response: dict[str, Any], file: str, line: int | None) -> str | None:
+    """A saved count_tokens answer: `input_tokens`, an integer."""
+    _want(file, line, "response.input_tokens", response.get("input_tokens", MISSING), int)
+    return None
+
+
+# Why a saved body that answers whole (`Family.whole`) is no answer, by endpoint.
+_WHOLE_UNUSABLE = {RESPONSES_PATH: _responses_unusable, MESSAGES_PATH: _message_unusable,
+                   COUNT_TOKENS_PATH: _count_unusable}
+
+
 def _check_stream(frames: Any, endpoint: str, response: dict[str, Any], file: str,
                   line: int | None) -> None:
     """The saved frames of a recorded stream: SSE frames (strings) that aggregate to the
@@ -467,7 +508,7 @@ def stream_mismatch(endpoint: str, frames: bytes, response: dict[str, Any]) -> s
     one (a response edited by hand, its frames left as they were)."""
     try:
         got = family_of(endpoint).aggregate(frames)
-        if endpoint != RESPONSES_PATH:
+        if not family_of(endpoint).whole:
             got, _ = _normalise_choices(got, endpoint, "(stream)", None, "")
     except (StreamError, LoadError) as e:
         return f"the saved stream cannot be read: {e}"

@@ -1,6 +1,7 @@
 """create_app(settings, index) -> FastAPI. Nothing stateful at import.
 
-The three replay endpoints (chat, completions, responses) are the hot path. They are plain
+The replay endpoints (chat, completions, responses; Anthropic's messages and count_tokens)
+are the hot path. They are plain
 ASGI apps (`ReplayEndpoint`) that `ReplayApp` calls first, ahead of FastAPI's middleware,
 routing, dependency and response machinery, which costs several times the replay work
 itself. They are also mounted as routes (so a GET on them is a 405, not a 404) and
@@ -8,10 +9,12 @@ documented in the OpenAPI schema. vLLM's tokenizer endpoints (`/tokenize`, `/det
 `/tokenizer_info`, at the root as vLLM serves them) go the same way, to the Replayer's
 `tokenizer` (replay/tokenizer.py), whose errors are counted apart: they carry no
 generation. Everything else is ordinary FastAPI, in `routes.py`.
-Every error, whichever layer raises it, leaves as the OpenAI envelope with
-`x-should-retry: false`, and every error sent for a POST or a /v1 route is counted
-(`Stats`), so that `run` fails on it even when the harness swallows it. With `--upstream`,
-a request for a model the saved runs lack goes to the upstream instead (`upstream.py`).
+Every error, whichever layer raises it, leaves in its API's envelope (an endpoint's
+family's; else Anthropic's for a request carrying `anthropic-version`, OpenAI's for any
+other) with `x-should-retry: false`, and every error sent for a POST or a /v1 route is
+counted (`Stats`), so that `run` fails on it even when the harness swallows it. With
+`--upstream`, a request for a model the saved runs lack goes to the upstream instead
+(`upstream.py`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from ..paths import ENDPOINTS, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
 from ..replay.replayer import Replayer
 from ..saved.loader import context
 from ..settings import Settings
-from ..wire.families import family_of
+from ..wire.families import error_body_of, family_of
 from .recorder import Recorder
 from .routes import router
 from .schema import openapi
@@ -51,8 +54,8 @@ TOKENIZER_METHODS = {TOKENIZER_INFO_PATH: "GET"}  # the other endpoints take a P
 UNGUARDED = frozenset({"/health", *TOKENIZER_ENDPOINTS})
 
 
-async def send_error(send: Send, error: ReplayServerError) -> None:
-    status, headers, body = errors.render(error)
+async def send_error(send: Send, error: ReplayServerError, scope: Scope) -> None:
+    status, headers, body = errors.render(error, error_body_of(scope["path"], scope["headers"]))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -107,8 +110,8 @@ class ReplayEndpoint:
                 return
             if self.tokenizer:  # counts what it raises, apart
                 headers, data = self.replayer.tokenizer.answer(self.endpoint, body)
-            else:
-                reply = self.replayer.handle(self.endpoint, body)  # counts what it raises
+            else:  # (it counts what it raises)
+                reply = self.replayer.handle(self.endpoint, body, scope["headers"])
                 headers, data = reply.headers, reply.body
             status = 200
         except ReplayServerError as error:
@@ -157,16 +160,21 @@ class ReplayEndpoint:
 
 def unauthorized() -> Unauthorized:
     return Unauthorized(
-        "missing or wrong API key: send the header `Authorization: Bearer KEY` with "
-        "the key this server was started with (--api-key or REPLAY_SERVER_API_KEY)")
+        "missing or wrong API key: send the header `Authorization: Bearer KEY` (or "
+        "Anthropic's `x-api-key: KEY`) with the key this server was started with "
+        "(--api-key or REPLAY_SERVER_API_KEY)")
 
 
 def authorized(headers: list[tuple[bytes, bytes]], api_key: bytes) -> bool:
-    """Whether the first Authorization header is `Bearer KEY`."""
+    """Whether the first Authorization header is `Bearer KEY`, or, without one, the first
+    `x-api-key` header is `KEY` (how Anthropic's clients send it)."""
+    key = None
     for name, value in headers:
         if name == b"authorization":
             return hmac.compare_digest(value, b"Bearer " + api_key)
-    return False
+        if name == b"x-api-key" and key is None:
+            key = value
+    return key is not None and hmac.compare_digest(key, api_key)
 
 
 def _counted(scope: Scope) -> bool:
@@ -200,7 +208,7 @@ class ReplayApp(FastAPI):
             if _counted(scope):
                 self.replayer.stats.requests += 1
                 self.replayer.count(None, scope["path"], error)
-            await send_error(send, error)
+            await send_error(send, error, scope)
             return
         if not _counted(scope):
             await super().__call__(scope, receive, send)
@@ -223,8 +231,9 @@ class ReplayApp(FastAPI):
         return counting
 
 
-def _error_response(error: ReplayServerError) -> Response:
-    status, headers, body = errors.render(error)
+def _error_response(request: Request, error: ReplayServerError) -> Response:
+    status, headers, body = errors.render(error, error_body_of(request.url.path,
+                                                               request.scope["headers"]))
     return Response(body, status_code=status,
                     headers={k.decode(): v.decode() for k, v in headers
                              if k != b"content-length"})
@@ -241,25 +250,26 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     message = f"{detail}: {request.method} {request.url.path}"
     if exc.status_code == 404:
         message += (" (this server answers /v1/chat/completions, /v1/completions, "
-                    "/v1/responses, /v1/models, and vLLM's /tokenize, /detokenize, "
-                    "/tokenizer_info)")
-    return _error_response(kind(message))
+                    "/v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/models, "
+                    "and vLLM's /tokenize, /detokenize, /tokenizer_info)")
+    return _error_response(request, kind(message))
 
 
 async def _replay_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ReplayServerError)
-    return _error_response(exc)
+    return _error_response(request, exc)
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {}
     param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
-    return _error_response(BadRequest(f"{param}: {first.get('msg', 'invalid')}", param=param))
+    return _error_response(request, BadRequest(f"{param}: {first.get('msg', 'invalid')}",
+                                               param=param))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
-    return _error_response(internal_error(exc))
+    return _error_response(request, internal_error(exc))
 
 
 def create_app(settings: Settings, index: Index, recorder: Recorder | None = None

@@ -1,17 +1,19 @@
-"""The recording proxy: forwards to any OpenAI-compatible server and saves each exchange.
+"""The recording proxy: forwards to any OpenAI-compatible (or Anthropic-compatible) server
+and saves each exchange.
 
-    client -> recorder -> upstream (vLLM, llama.cpp, OpenAI, ...)
+    client -> recorder -> upstream (vLLM, llama.cpp, OpenAI, Anthropic, ...)
 
-- `/v1/chat/completions`, `/v1/completions` and `/v1/responses` are forwarded with the
-  client's headers (Authorization included; it is never written down) and their answers
-  saved as native records; so are vLLM's tokenizer calls (`POST /tokenize`,
-  `POST /detokenize`, `GET /tokenizer_info`: deterministic, so a replay answers them
-  from the recording), one that names no model saved under the upstream's only model
-  (`GET /v1/models`; one to a server of several models is not saved); and each model's
-  entry of `GET /v1/models` (its `max_model_len`, which the replay's list then gives);
-  every other path and method (embeddings, files, `GET /v1/responses/{id}`, a path the
-  upstream does not have, ...) is forwarded untouched and not saved: the client
-  gets the upstream's own status and body.
+- `/v1/chat/completions`, `/v1/completions`, `/v1/responses`, and Anthropic's
+  `/v1/messages` and `/v1/messages/count_tokens` are forwarded with the client's headers
+  (Authorization and x-api-key included; they are never written down) and their answers
+  saved as native records, with the headers that are request fields (`anthropic-beta`);
+  so are vLLM's tokenizer calls (`POST /tokenize`, `POST /detokenize`,
+  `GET /tokenizer_info`: deterministic, so a replay answers them from the recording), one
+  that names no model saved under the upstream's only model (`GET /v1/models`; one to a
+  server of several models is not saved); and each model's entry of `GET /v1/models`
+  (its `max_model_len`, which the replay's list then gives); every other path and method
+  (embeddings, files, `GET /v1/responses/{id}`, a path the upstream does not have, ...) is
+  forwarded untouched and not saved: the client gets the upstream's own status and body.
 - A stream passes through chunk by chunk as it arrives, while its family's aggregator
   (`Family.aggregator`) rebuilds the body the server would have sent unstreamed; the
   stream's frames are saved too, as sent, so that a replay sends the same deltas in the
@@ -23,8 +25,8 @@
 - A stream is saved when the client received it whole: up to `data: [DONE]`, or, when the
   upstream ends the body cleanly without one (openai-python accepts that), once every
   choice the request asked for has its finish_reason (a Responses stream: its terminal
-  event). Its frames are saved as sent, with no `[DONE]` added, so that a replay sends the
-  same bytes. A stream cut before that is not saved.
+  event; a Messages stream: `message_stop`). Its frames are saved as sent, with no
+  `[DONE]` added, so that a replay sends the same bytes. A stream cut before that is not saved.
 - Only exchanges delivered to the client are saved: a client that gives up (a timeout, a
   disconnect) before the answer is complete leaves nothing behind, and the upstream call
   is cancelled; it is counted as abandoned. A harness that then retries gets its retry
@@ -235,6 +237,10 @@ class Recorder:
         the client leaves; `hook` hears the outcome."""
         headers = self.headers(client_headers)
         parsed = _json_object(body)
+        if parsed is not None and path in ENDPOINTS:  # (its headers that are fields, saved)
+            parsed = family_of(path).with_headers(parsed, [
+                (k.lower().encode("latin-1"), v.encode("latin-1"))
+                for k, v in client_headers.items()])
         gone = asyncio.Event()
         watcher = asyncio.create_task(_watch_disconnect(receive, gone))
         try:

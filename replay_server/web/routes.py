@@ -13,6 +13,7 @@ from fastapi.responses import Response
 
 from ..errors import BadRequest
 from ..replay.replayer import Replayer
+from ..wire.families import is_anthropic
 
 router = APIRouter()
 
@@ -32,9 +33,10 @@ async def health() -> Response:
     return Response(status_code=200)
 
 
-@router.get("/v1/models", summary="The saved models this server answers for (vLLM's shape)")
+@router.get("/v1/models", summary="The saved models this server answers for (vLLM's shape; "
+            "Anthropic's for a request with the `anthropic-version` header)")
 async def models(request: Request) -> Response:
-    return _json(_replayer(request).models_body())
+    return _json(_replayer(request).models_body(is_anthropic(request.scope["headers"])))
 
 
 @router.get("/v1/responses/{response_id}",

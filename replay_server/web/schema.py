@@ -4,7 +4,8 @@ FastAPI derives it from the routes, but says two things this server never does: 
 every route with a parameter (a validation error is answered 400 here, as OpenAI and vLLM
 answer it: litellm takes 422 for "unsupported parameter"), and no error bodies at all.
 So the replay endpoints (plain ASGI apps, invisible to FastAPI) are described here, 422
-is dropped, every error is the OpenAI envelope, and 401 is listed where an API key is
+is dropped, every error is the OpenAI envelope (an API family's own where it has one:
+Anthropic's on /v1/messages), and 401 is listed where an API key is
 asked for. tests/web/test_openapi.py sends each route the requests that get each status.
 """
 
@@ -34,7 +35,7 @@ ERROR = {
                        "param": {"type": ["string", "null"]},
                        "code": {"type": ["string", "integer", "null"]}}}},
 }
-REPLAY_ANSWERS = {
+REPLAY_ANSWERS: dict[str, dict[str, Any]] = {
     "200": {"description": "The saved response, as the original server sent it (a saved "
                            "or replayed stream when the request asks for one)",
             "content": {"application/json": {}, "text/event-stream": {}}},
@@ -45,7 +46,7 @@ REPLAY_ANSWERS = {
     "413": {"description": "Request body over --max-body-size"},
 }
 
-TOKENIZER_ANSWERS = {
+TOKENIZER_ANSWERS: dict[str, dict[str, Any]] = {
     "200": {"description": "vLLM's answer: recorded, or computed with --tokenizer",
             "content": {"application/json": {}}},
     "400": {"description": "Malformed request"},
@@ -66,9 +67,8 @@ def _tokenizer_routes() -> list[tuple[str, str, dict[str, Any] | None]]:
 
 def _tokenizer_answers(method: str) -> dict[str, Any]:
     """What a tokenizer route answers (a GET has no body: never 400 nor 413)."""
-    if method == "get":
-        return {k: v for k, v in TOKENIZER_ANSWERS.items() if k in ("200", "404")}
-    return dict(TOKENIZER_ANSWERS)
+    return {k: dict(v) for k, v in TOKENIZER_ANSWERS.items()  # (each route its own copy)
+            if method != "get" or k in ("200", "404")}
 
 
 def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
@@ -77,12 +77,18 @@ def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, routes=app.routes,
                          description=app.description)
+    envelopes = {}  # path -> its error schema's name, where not the OpenAI envelope's
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
     for path in ENDPOINTS:
+        own = family_of(path).error_schema
+        if own is not None:
+            envelopes[path] = own[0]
+            components[own[0]] = own[1]
         schema["paths"][path] = {"post": {
             "summary": f"Replay a saved answer ({path})",
             "requestBody": {"required": True, "content": {
                 "application/json": {"schema": family_of(path).schema}}},
-            "responses": dict(REPLAY_ANSWERS)}}
+            "responses": {k: dict(v) for k, v in REPLAY_ANSWERS.items()}}}
     for method, path, body in _tokenizer_routes():
         operation: dict[str, Any] = {
             "summary": f"vLLM's {path}: a recorded answer, else computed with --tokenizer",
@@ -91,7 +97,6 @@ def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
             operation["requestBody"] = {"required": True, "content": {
                 "application/json": {"schema": body}}}
         schema["paths"][path] = {method: operation}
-    components = schema.setdefault("components", {}).setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)
     components["Error"] = ERROR
@@ -103,7 +108,8 @@ def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
                 answers["401"] = {"description": "Missing or wrong API key (--api-key)"}
             for status, answer in answers.items():
                 if int(status) >= 400:
+                    name = envelopes.get(path, "Error")
                     answer["content"] = {"application/json": {
-                        "schema": {"$ref": "#/components/schemas/Error"}}}
+                        "schema": {"$ref": f"#/components/schemas/{name}"}}}
     app.openapi_schema = schema
     return schema

@@ -10,7 +10,7 @@ family a request is for: it asks the family.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -64,7 +64,7 @@ class Family:
     as it arrives, and `aggregate` a whole one (a recorded stream is served only if it
     aggregates to its saved body); `carries_usage` says whether recorded frames carried
     the usage chunk; `error_body` is its error envelope (the OpenAI one unless the API has
-    its own).
+    its own), which every error a request of the family gets is rendered in.
 
     A *chained* family keys a request by the saved turn it continues (`previous_id`, then
     `previous_of` that turn's keyed prompt and response), so its requests are keyed once
@@ -89,13 +89,41 @@ class Family:
     previous_id: Callable[[dict[str, Any]], str | None] = _no_previous
     previous_of: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
     batched: bool = False
+    whole: bool = False
+    """One saved body answers a request, whole: no `choices`, no `n` (Responses,
+    Messages); else a body of choices (chat, completions)."""
     error_body: Callable[[ReplayServerError], dict[str, Any]] = _openai_error
     client_line: str | None = None
     """A one-line openai-python call that prints the answer to the JSON body in argv[1]
     (the start-up snippet), if the family has one."""
+    headers: tuple[str, ...] = ()
+    """The request headers (lower case) that are request fields of its table (Anthropic's
+    `anthropic-beta`): `with_headers` puts them in the request, the replay's and the
+    recorder's alike."""
+    error_schema: tuple[str, dict[str, Any]] | None = None
+    """The JSON Schema of `error_body`'s envelope, and its name in the OpenAPI document
+    (None: the OpenAI envelope's)."""
+    id_header: bytes | None = None
+    """The response header that carries a request id (`request-id`), if the API sends one."""
 
-    def parse(self, body: bytes) -> ReplayRequest:
-        """A checked replay request from raw body bytes, or BadRequest naming the field."""
+    def with_headers(self, data: dict[str, Any], headers: Iterable[tuple[bytes, bytes]]
+                     ) -> dict[str, Any]:
+        """`data` with the family's header fields (`headers`) the request carries, as its
+        table reads them: one header's value, or the list of several of one name."""
+        if not self.headers:
+            return data
+        found: dict[str, list[str]] = {}
+        for name, value in headers:
+            text = name.decode("latin-1").lower()
+            if text in self.headers:
+                found.setdefault(text, []).append(value.decode("latin-1"))
+        if not found:
+            return data
+        return {**data, **{k: v[0] if len(v) == 1 else v for k, v in found.items()}}
+
+    def parse(self, body: bytes, headers: Iterable[tuple[bytes, bytes]] = ()) -> ReplayRequest:
+        """A checked replay request from raw body bytes (and the request's headers, for a
+        family whose headers are fields), or BadRequest naming the field."""
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError as e:
@@ -104,6 +132,7 @@ class Family:
             raise BadRequest(f"the request body is not valid JSON: {e}") from None
         if data.__class__ is not dict:
             raise BadRequest(f"the request body must be a JSON object, got {type_name(data)}")
+        data = self.with_headers(data, headers)
         self.table.check(data)
         self.check(data)
         n, include_usage = self.options(data)

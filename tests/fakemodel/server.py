@@ -56,6 +56,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.fakemodel.anthropic_api import routes as anthropic_routes
 from tests.fakemodel.behaviour import FakeModel
 from tests.fakemodel.bodies import build_chat, build_completion, chat_chunks, completion_chunks
 from tests.fakemodel.responses_api import routes as responses_routes
@@ -167,6 +168,7 @@ def create_app(
         Route("/version", version, methods=["GET"]),
         *responses_routes(fm),
         *tokenizer_routes(fm),
+        *anthropic_routes(fm),
     ]
     app = Starlette(routes=routes)
     app.state.fakemodel = fm

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from replay_server.paths import COUNT_TOKENS_PATH
 from replay_server.saved.record import Record
 from replay_server.settings import Settings
 from replay_server.web.app import create_app
@@ -19,6 +20,8 @@ from tests.support import (
     chat_response,
     completion_record,
     completion_response,
+    message_record,
+    message_response,
     tokenizer_record,
     user,
 )
@@ -30,7 +33,9 @@ RECORDS = [chat_record("q", chat_response("a")),
                             {"count": 1, "max_model_len": 64, "tokens": [7],
                              "token_strs": None}, line=3),
            tokenizer_record("/detokenize", {"tokens": [7]}, {"prompt": "p"}, line=4),
-           tokenizer_record("/tokenizer_info", {}, {"tokenizer_class": "X"}, line=5)]
+           tokenizer_record("/tokenizer_info", {}, {"tokenizer_class": "X"}, line=5),
+           message_record("m", message_response("c"), line=6),
+           message_record("m", {"input_tokens": 3}, line=7, endpoint=COUNT_TOKENS_PATH)]
 BIG = "x" * 5000
 # route -> requests (query, JSON body) that, between them, get every answer it can give
 REQUESTS: dict[tuple[str, str], list[dict[str, Any]]] = {
@@ -65,6 +70,16 @@ REQUESTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"json": {"model": "no/such", "tokens": [7]}},
         {"json": {"model": MODEL, "tokens": [7] * 2000}}],
     ("GET", "/tokenizer_info"): [{}],
+    ("POST", "/v1/messages"): [
+        {"json": {"model": MODEL, "max_tokens": 5, "messages": user("m")}},
+        {"json": {"model": MODEL, "messages": []}},
+        {"json": {"model": "no/such", "messages": user("m")}},
+        {"json": {"model": MODEL, "messages": user(BIG)}}],
+    ("POST", "/v1/messages/count_tokens"): [
+        {"json": {"model": MODEL, "messages": user("m")}},
+        {"json": {"model": MODEL, "messages": user("m"), "stream": True}},
+        {"json": {"model": "no/such", "messages": user("m")}},
+        {"json": {"model": MODEL, "messages": user(BIG)}}],
 }
 
 
@@ -116,9 +131,12 @@ async def test_every_error_is_documented_as_the_envelope() -> None:
             for status, response in operation["responses"].items():
                 if int(status) >= 400:
                     content = response["content"]["application/json"]["schema"]
-                    assert content == {"$ref": "#/components/schemas/Error"}, (method, path)
+                    name = "AnthropicError" if path.startswith("/v1/messages") else "Error"
+                    assert content == {"$ref": f"#/components/schemas/{name}"}, (method, path)
     envelope = schema["components"]["schemas"]["Error"]
     assert envelope["properties"]["error"]["required"] == ["message", "type", "param", "code"]
+    anthropic = schema["components"]["schemas"]["AnthropicError"]
+    assert anthropic["properties"]["error"]["required"] == ["type", "message"]
 
 
 async def test_no_page_needs_the_network() -> None:

@@ -198,6 +198,14 @@ PINNED: dict[str, tuple[str, dict[str, Any], list[str]]] = {  # name -> (endpoin
     "responses": ("/v1/responses", {
         "input": "What is 2+2?", "instructions": "Be brief.",
         "text": {"format": {"type": "text"}}}, ["bafb628be09400b7868ee305a28740a7"]),
+    "messages": ("/v1/messages", {
+        "model": "m", "max_tokens": 64, "system": [{"type": "text", "text": "Be brief."}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}]}],
+        "thinking": {"type": "enabled", "budget_tokens": 1024}, "anthropic-beta": "b-1,a-2"},
+        ["c0b1c32c7ce82a46a83d528a525e26e5"]),
+    "count_tokens": ("/v1/messages/count_tokens", {
+        "model": "m", "messages": [{"role": "user", "content": "What is 2+2?"}]},
+        ["7ef6697b7aa8d8c81791cc4c4d4ca6ed"]),
     "responses-items": ("/v1/responses", {
         "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
         "tools": [{"type": "function", "name": "f", "parameters": {"b": 1, "a": None}}],

@@ -10,7 +10,13 @@ import pytest
 
 from replay_server.errors import BadRequest, NoMatch
 from replay_server.index.samples import Rules
-from replay_server.paths import CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH
+from replay_server.paths import (
+    CHAT_PATH,
+    COMPLETION_PATH,
+    COUNT_TOKENS_PATH,
+    MESSAGES_PATH,
+    RESPONSES_PATH,
+)
 from replay_server.replay.replayer import Replayer
 from replay_server.saved.record import validate
 from replay_server.wire.chat.stream_out import STREAM
@@ -22,6 +28,8 @@ from tests.support import (
     chat_response,
     completion_record,
     completion_response,
+    message_record,
+    message_response,
 )
 
 QUESTION = {"role": "user", "content": "What is 2+2?"}
@@ -58,7 +66,9 @@ def with_field(endpoint: str, name: str, value: bytes, extra: dict[str, Any] | N
     bases: dict[str, dict[str, Any]] = {
         CHAT_PATH: {"model": MODEL, "messages": [QUESTION]},
         COMPLETION_PATH: {"model": MODEL, "prompt": "q"},
-        RESPONSES_PATH: {"model": MODEL, "input": "q"}}
+        RESPONSES_PATH: {"model": MODEL, "input": "q"},
+        MESSAGES_PATH: {"model": MODEL, "messages": [QUESTION]},
+        COUNT_TOKENS_PATH: {"model": MODEL, "messages": [QUESTION]}}
     base = {**bases[endpoint], **(extra or {})}
     head = orjson.dumps({k: v for k, v in base.items() if k != name})[:-1]
     return head + b',"' + name.encode() + b'":' + value + b"}"
@@ -71,12 +81,17 @@ def saved_replayer(strict: bool = False) -> Replayer:
                          "request": {"model": MODEL, "input": "q"},
                          "response": {"id": "resp_1", "object": "response", "model": MODEL,
                                       "status": "completed", "output": [], "usage": None},
-                         "source": {"file": "saved.jsonl", "line": 3}}, "saved.jsonl", 3)]
+                         "source": {"file": "saved.jsonl", "line": 3}}, "saved.jsonl", 3),
+               message_record([QUESTION], message_response("4"), line=4),
+               message_record([QUESTION], {"input_tokens": 3}, line=5,
+                              endpoint=COUNT_TOKENS_PATH)]
     return Replayer(build(records), Rules(strict=strict))
 
 
+ANTHROPIC_TOOL = {"name": "f", "input_schema": {"type": "object"}}
 TOOL = {CHAT_PATH: {"type": "function", "function": {"name": "f"}},
-        RESPONSES_PATH: {"type": "function", "name": "f"}}
+        RESPONSES_PATH: {"type": "function", "name": "f"},
+        MESSAGES_PATH: ANTHROPIC_TOOL, COUNT_TOKENS_PATH: ANTHROPIC_TOOL}
 # where a deeply nested value can go in the prompt fields a request must send
 IN_PROMPT = {"messages": lambda deep: b'[{"role":"user","content":' + deep + b"}]",
              "input": lambda deep: b'[{"role":"user","content":' + deep + b"}]"}

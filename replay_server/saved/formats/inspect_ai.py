@@ -14,11 +14,17 @@ Calls of the `openai/` provider through the Responses API (its default for some 
 SDK's dump of the `Response` (every field the SDK knows, null where the server sent none;
 `created_at` an integer again, as servers send it).
 
+Calls of the `anthropic/` provider (Anthropic's Messages API) are `/v1/messages` records:
+the request inspect sent (`client.messages.create` or `.stream`: its `extra_headers` dropped
+but `anthropic-beta`, which is keyed as the field of that name), the SDK's dump of the
+`Message` (null where the API sent none, as the Responses dumps; a streamed call's is the
+SDK's final message, which a replay streams again in small deltas).
+
 Not served (each counted): calls whose `call` was not logged (inspect keeps the first 5
 per model per sample unless `--log-model-api`; its wire conversion of `input` is
 provider-specific, so it is not rebuilt), cache reads, pending calls, calls of failed
 sample attempts, requests whose media inspect did not log, and calls in another API's
-shape (Anthropic, Google...). A failed call is saved as unusable.
+shape (Google...). A failed call is saved as unusable.
 
 The instance is the sample id: its epochs are the k samples of one instance, in epoch order.
 `.eval` members are read one sample at a time (`eval_zip`). A `.json` log is read whole.
@@ -34,7 +40,8 @@ from typing import Any
 import orjson
 
 from ...errors import LoadError, where_of
-from ...paths import CHAT_PATH, RESPONSES_PATH
+from ...paths import CHAT_PATH, MESSAGES_PATH, RESPONSES_PATH
+from ...wire.families import family_of
 from ..record import Record, make_record
 from .base import LoadContext, read_rows, synthetic_id, text_response
 from .eval_zip import eval_samples
@@ -136,6 +143,8 @@ def _record(event: dict[str, Any], pool: list[Any], attachments: dict[str, str],
     request, reason = _wire_request(call, pool, attachments, file)
     saved = _resolve(call.get("response"), attachments)
     unusable = _failure(event, call, saved)
+    if reason is None and _anthropic(call["request"], saved):
+        return _message_record(event, call, request, saved, unusable, source, file)
     responses_api = "messages" not in request and "input" in request
     answer = "output" if responses_api else "choices"
     if unusable is None and isinstance(saved, dict) and not isinstance(saved.get(answer), list):
@@ -160,6 +169,31 @@ def _record(event: dict[str, Any], pool: list[Any], attachments: dict[str, str],
             unusable = "the model call saved neither a response nor an output"
     model = request.get("model") or event.get("model")
     return make_record(CHAT_PATH, model, request, response, source, file, None,
+                       unusable=unusable)
+
+
+def _anthropic(request: dict[str, Any], saved: Any) -> bool:
+    """Whether a call is Anthropic's Messages API: its answer is a message (or Anthropic's
+    error envelope), or its request has what only a Messages request has."""
+    if isinstance(saved, dict) and saved.get("type") in ("message", "error"):
+        return "choices" not in saved
+    return "messages" in request and ("system" in request or "thinking" in request
+                                      or "stop_sequences" in request)
+
+
+def _message_record(event: dict[str, Any], call: dict[str, Any], request: dict[str, Any],
+                    saved: Any, unusable: str | None, source: dict[str, Any],
+                    file: str) -> Record:
+    """The /v1/messages record of an `anthropic/` call: the request with its keyed headers
+    put back (`anthropic-beta`), the SDK's dump of the message."""
+    headers = call["request"].get("extra_headers")
+    if isinstance(headers, dict):
+        request = family_of(MESSAGES_PATH).with_headers(request, [
+            (str(k).encode("latin-1"), str(v).encode("latin-1")) for k, v in headers.items()])
+    if unusable is None and not (isinstance(saved, dict) and saved.get("type") == "message"):
+        unusable = "the Messages API call saved no message"
+    return make_record(MESSAGES_PATH, request.get("model") or event.get("model"), request,
+                       saved if unusable is None else None, source, file, None,
                        unusable=unusable)
 
 

@@ -33,7 +33,7 @@ FAMILY = Family(
     check=request.check, prompts=request.prompts, reply=encode, stream=stream_out.stream,
     aggregator=stream_in.ResponsesStreamAggregator,
     aggregate=lambda stream: stream_in.aggregate(stream).response,
-    chained=True, previous_id=request.previous_id, previous_of=request.previous_of,
+    chained=True, whole=True, previous_id=request.previous_id, previous_of=request.previous_of,
     schema=TABLE.schema("input", {"input": {"anyOf": [
         {"type": "string"}, {"type": "array", "items": {"type": "object"}}]}}),
 )

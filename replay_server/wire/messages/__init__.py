@@ -1,0 +1,48 @@
+"""Anthropic's Messages API (`POST /v1/messages`), as Anthropic serves it.
+
+- `fields.py`: the field table (and count_tokens', its prompt fields) and the normal forms
+  of messages, blocks, tools and output formats; `request.py`: the checks and the keyed
+  prompt;
+- `stream_in.py`: a Messages stream (named events) -> the message a plain request gets;
+- `stream_out.py`: the events Anthropic sends for a saved message, its texts in
+  token-sized deltas;
+- `envelope.py`: Anthropic's error envelope.
+
+A reply is the saved message as it was (content blocks verbatim, thinking `signature`s
+included, `stop_reason`, `stop_sequence`, `usage` with its cache fields, `id`), with a
+`request-id` header; a Messages request has no `n`. `COUNT_TOKENS` answers
+`/v1/messages/count_tokens` with the saved count, keyed by the same prompt fields (its own
+kind: a count is no generation of the same prompt).
+"""
+
+from ...paths import COUNT_TOKENS_PATH, MESSAGES_PATH
+from ..family import Family
+from ..selection import encode
+from . import request, stream_in, stream_out
+from .envelope import SCHEMA, error_body
+from .fields import COUNT_KIND, COUNT_TABLE, HEADERS, KIND, TABLE
+
+_SCHEMA_MESSAGES = {"messages": {"type": "array", "items": {"type": "object"}}}
+
+
+def _no_stream(selections: object, include_usage: bool) -> bytes:
+    raise AssertionError("count_tokens does not stream: its check refuses `stream`")
+
+
+FAMILY = Family(
+    name="messages", kind=KIND, path=MESSAGES_PATH, table=TABLE, prompt_field="messages",
+    check=request.check, prompts=request.prompts, reply=encode, stream=stream_out.stream,
+    aggregator=stream_in.MessagesStreamAggregator, aggregate=stream_in.aggregate,
+    schema=TABLE.schema("messages", _SCHEMA_MESSAGES), error_body=error_body,
+    error_schema=SCHEMA, headers=HEADERS, id_header=b"request-id", whole=True,
+)
+
+COUNT_TOKENS = Family(
+    name="count_tokens", kind=COUNT_KIND, path=COUNT_TOKENS_PATH, table=COUNT_TABLE,
+    prompt_field="messages", check=request.check_count, prompts=request.count_prompts,
+    reply=encode, stream=_no_stream, aggregator=stream_in.MessagesStreamAggregator,
+    aggregate=stream_in.aggregate, schema=COUNT_TABLE.schema("messages", _SCHEMA_MESSAGES),
+    error_body=error_body, error_schema=SCHEMA, headers=HEADERS, id_header=b"request-id",
+    whole=True,
+)
+ALSO = (COUNT_TOKENS,)
