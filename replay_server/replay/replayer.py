@@ -34,7 +34,7 @@ from ..errors import (
 )
 from ..index.index import Entry, Exchange, Index, ModelRun, Selection
 from ..index.samples import Rules, choose, streamed
-from ..paths import RESPONSES_PATH
+from ..paths import COUNT_TOKENS_PATH, RESPONSES_PATH
 from ..saved.record import stream_mismatch
 from ..saved.tokens import LocalTokenizer
 from ..wire import keys
@@ -314,7 +314,21 @@ class Replayer:
         model asked for (`-` when the request named none, or was not read): `replay error
         CODE` for a replay decision (the `replay_*` codes), `request error STATUS` for any
         other error (a malformed request, an unknown model or route, a wrong method, a body
-        too large, a missing API key)."""
+        too large, a missing API key).
+
+        An unsaved `count_tokens` prompt is no such request: a token count, never a
+        generation, it is counted as an unanswered tokenizer call (`run` says so loudly and
+        fails on it only with --strict). An inspect_ai log keeps no count_tokens calls,
+        so a Claude run rescored from its log would otherwise fail though every generation
+        replayed."""
+        if endpoint == COUNT_TOKENS_PATH and isinstance(error, NoMatch):
+            why = ("no saved count_tokens answer for this request (an inspect_ai log keeps "
+                   "none: record the run to have them)")
+            first = self.stats.tokenizer_error(endpoint, model, why)
+            (log.warning if first else log.debug)(
+                "tokenizer call unanswered model=%s %s: %s", asked or model or "-", endpoint,
+                why)
+            return
         self.stats.error(model, endpoint, error, **error.detail)
         named = asked or model or "-"
         if asked and model and asked != model:

@@ -120,9 +120,12 @@ def test_inspect_anthropic_rescored_under_run_scores_the_same(
         assert code == 0, output[-3000:]
         return
     # inspect's log keeps no count_tokens call (its compaction counts tokens): those are
-    # misses, and `run` says so and fails; every generation was served from the log
-    misses = re.findall(r"^\s*- \[replay_no_match\] (\S+)", output, re.M)
-    assert code == 3 and misses and set(misses) == {"/v1/messages/count_tokens"}, output
+    # token counts, not generations, unanswered tokenizer calls that `run` reports loudly
+    # and fails on only with --strict; every generation was served from the log
+    assert code == 0, output[-3000:]
+    assert re.search(r"WARNING: \d+ tokenizer call\(s\) went unanswered", output), output
+    assert "x /v1/messages/count_tokens: no saved count_tokens answer" in output, output
+    assert "replay_no_match" not in output, output
 
 
 # --------------------------------------------------------------------------- lm-eval

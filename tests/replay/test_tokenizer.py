@@ -127,3 +127,28 @@ def test_every_unanswered_call_is_counted_and_grouped_by_reason() -> None:
                    "one"] == 2
     assert r.status()["tokenizer"] == {"recorded": 0, "computed": 0, "unanswered": 4}
     assert not r.stats.failures
+
+
+def test_an_unsaved_count_tokens_prompt_is_an_unanswered_token_count_not_a_miss() -> None:
+    # Anthropic's count_tokens carries no generation (an inspect_ai log keeps none of
+    # them): its miss is counted with the tokenizer calls; a Messages miss stays a miss
+    from replay_server.errors import NoMatch
+    from replay_server.paths import COUNT_TOKENS_PATH, MESSAGES_PATH
+    from tests.support import message_record, message_response
+
+    r = Replayer(build([message_record("q", message_response("a")),
+                        message_record("q", {"input_tokens": 3}, line=2,
+                                       endpoint=COUNT_TOKENS_PATH)]), Rules())
+    saved = {"model": MODEL, "messages": [{"role": "user", "content": "q"}]}
+    assert orjson.loads(r.handle(COUNT_TOKENS_PATH, orjson.dumps(saved)).body) == {
+        "input_tokens": 3}
+    other = {"model": MODEL, "messages": [{"role": "user", "content": "not saved"}]}
+    for _ in range(2):
+        with pytest.raises(NoMatch):
+            r.handle(COUNT_TOKENS_PATH, orjson.dumps(other))
+    assert not r.stats.failures and r.stats.tokenizer["unanswered"] == 2
+    [(endpoint, why)] = r.stats.tokenizer_unanswered
+    assert endpoint == COUNT_TOKENS_PATH and "count_tokens" in why
+    with pytest.raises(NoMatch):
+        r.handle(MESSAGES_PATH, orjson.dumps({**other, "max_tokens": 5}))
+    assert len(r.stats.failures) == 1
