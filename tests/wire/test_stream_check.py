@@ -221,3 +221,22 @@ def test_a_repeat_that_is_not_one_json_string_is_merged_in_full(texts: list[byte
     got = aggregated(CHAT_PATH, stream)
     assert isinstance(got, tuple) == (texts[-1] != b"null")
     assert verdict(CHAT_PATH, stream) == verdict(CHAT_PATH, respaced(stream))
+
+
+@pytest.mark.parametrize("brk", [b"\n", b"\r"])
+def test_a_line_break_inside_a_repeated_delta_ends_its_data_line(brk: bytes) -> None:
+    # (found by the test above) a repeat of the chunk before it, but for a line break
+    # after its text: the data line ends there, so the event's data is not JSON, though
+    # the bytes around the text still match the repeat's template
+    body = {**BODY, "choices": [{**BODY["choices"][0], "message": {
+        "role": "assistant", "content": "one two three four five six seven"}}]}
+    stream = streamed(CHAT_PATH, body, False)
+    frames = stream.split(b"\n\n")
+    at = next(i for i in range(2, len(frames)) if b'"content":"' in frames[i]
+              and b'"content":"' in frames[i - 1])
+    text = frames[at].index(b'"content":"') + len(b'"content":"')
+    end = frames[at].index(b'"', text) + 1  # (the texts here hold no quote to escape)
+    frames[at] = frames[at][:end] + brk + frames[at][end:]
+    broken = b"\n\n".join(frames)
+    assert broken != stream
+    assert verdict(CHAT_PATH, broken) == "a stream event is not JSON"

@@ -102,9 +102,11 @@ class _Template:
             end += 1
         if end == start:
             return start
-        cut = slice(len(head), -len(tail))
+        middles = list(map(itemgetter(slice(len(head), -len(tail))), frames[start:end]))
+        if any(b"\n" in m or b"\r" in m for m in middles):
+            return start  # a line break ends the event's data line: each is read in full
         try:
-            texts = list(map(orjson.loads, map(itemgetter(cut), frames[start:end])))
+            texts = list(map(orjson.loads, middles))
         except orjson.JSONDecodeError:
             return start  # not each a JSON string: each is taken in full (and refused)
         if not set(map(type, texts)) <= {str}:
