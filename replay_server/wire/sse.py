@@ -99,7 +99,7 @@ def whole_frames(buffer: bytes) -> list[bytes]:
 def spans(buffer: bytes) -> list[tuple[int, int]]:
     """Where the whole frames of `buffer` are: (start, end) of each (`whole_frames`)."""
     ends = list(accumulate(map(len, whole_frames(buffer))))
-    return list(zip([0, *ends], ends))  # (each frame starts where the one before ended)
+    return list(zip([0, *ends][:len(ends)], ends, strict=True))  # (each starts where one ended)
 
 
 def cut(stream: bytes) -> list[bytes]:
