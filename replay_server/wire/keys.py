@@ -90,6 +90,26 @@ def verbatim(value: Any) -> dict[str, str]:
     return {"$verbatim": orjson.dumps(value).decode()}
 
 
+def tool_list(schema: str) -> Callable[[Any], Any]:
+    """The normal form of a list of tool definitions whose JSON Schema is the field
+    `schema` (Responses' `parameters`, Messages' `input_schema`): nulls dropped from each
+    tool, its schema kept verbatim."""
+
+    def form(value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        out = []
+        for tool in value:
+            if isinstance(tool, dict):
+                tool = {k: v for k, v in tool.items() if v is not None}
+                if schema in tool:
+                    tool[schema] = verbatim(tool[schema])
+            out.append(tool)
+        return out
+
+    return form
+
+
 def unverbatim(value: Any) -> Any:
     """A normal form as a request sends it: verbatim values as they were."""
     if isinstance(value, dict):

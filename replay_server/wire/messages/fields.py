@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import keys
-from ..keys import IGNORED, KEY, STRICT, field, verbatim
+from ..keys import IGNORED, KEY, STRICT, field, tool_list, verbatim
 
 KIND = "messages"
 COUNT_KIND = "count_tokens"
@@ -78,19 +78,6 @@ def messages(value: Any) -> Any:
     return [message(m) for m in value] if isinstance(value, list) else value
 
 
-def tools(value: Any) -> Any:
-    if not isinstance(value, list):
-        return value
-    out = []
-    for tool in value:
-        if isinstance(tool, dict):
-            tool = {k: v for k, v in tool.items() if v is not None}
-            if "input_schema" in tool:
-                tool["input_schema"] = verbatim(tool["input_schema"])
-        out.append(tool)
-    return out
-
-
 def output_format(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
@@ -127,7 +114,7 @@ PROMPT_FIELDS = (
     field("system", KEY, "string|array", "the system prompt put before the conversation",
           form=text_or_blocks),
     field("tools", KEY, "array", "tool definitions are rendered into the prompt", unset=([],),
-          form=tools),
+          form=tool_list("input_schema")),
     field("mcp_servers", KEY, "array", "MCP servers whose tools the model is given",
           unset=([],)),
     field("container", KEY, "string|object", "the code-execution container whose files the "

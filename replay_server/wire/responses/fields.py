@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import keys
-from ..keys import IGNORED, KEY, STRICT, field, structured, verbatim
+from ..keys import IGNORED, KEY, STRICT, field, structured, tool_list, verbatim
 
 KIND = "responses"
 
@@ -78,19 +78,6 @@ def input_items(value: Any) -> Any:
     return [item(i) for i in value]
 
 
-def tools(value: Any) -> Any:
-    if not isinstance(value, list):
-        return value
-    out = []
-    for tool in value:
-        if isinstance(tool, dict):
-            tool = {k: v for k, v in tool.items() if v is not None}
-            if "parameters" in tool:
-                tool["parameters"] = verbatim(tool["parameters"])
-        out.append(tool)
-    return out
-
-
 def text(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
@@ -121,7 +108,7 @@ FIELDS = (
     field("prompt", KEY, "object", "OpenAI: a stored prompt template and its variables "
           "(vLLM rejects it)"),
     field("tools", KEY, "array", "tool definitions are rendered into the prompt", unset=([],),
-          form=tools),
+          form=tool_list("parameters")),
     field("reasoning", KEY, "object", "`effort` is rendered into the prompt of reasoning models "
           "(gpt-oss, a chat-template kwarg in vLLM) or sets their budget; `summary` asks for "
           "summary items", unset=({},)),
