@@ -433,16 +433,24 @@ def _check_sample_usage(usage: Any, n: int, file: str, line: int | None) -> None
 _NOT_DONE = frozenset({"failed", "cancelled", "queued", "in_progress"})
 
 
+def _typed_list(response: dict[str, Any], name: str, what: str, file: str,
+                line: int | None) -> list[Any]:
+    """`response[name]`, checked to be a list of objects (`what`) each with a string
+    `type`: a Responses body's `output` items, a Messages body's `content` blocks."""
+    value = response.get(name, MISSING)
+    items: list[Any] = value if type(value) is list else _want(
+        file, line, f"response.{name}", value, list)
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+            raise _fail(file, line, f"response.{name}[{i}]",
+                        f"expected {what} with a string `type`")
+    return items
+
+
 def _responses_unusable(response: dict[str, Any], file: str, line: int | None) -> str | None:
     """Check a saved Responses body's shape; why it is not an answer, or None. An empty
     `output` is an answer (vLLM leaves out the message of an empty text)."""
-    output = response.get("output", MISSING)
-    if type(output) is not list:
-        output = _want(file, line, "response.output", output, list)
-    for i, item in enumerate(output):
-        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
-            raise _fail(file, line, f"response.output[{i}]",
-                        "expected an item object with a string `type`")
+    for i, item in enumerate(_typed_list(response, "output", "an item object", file, line)):
         for name in ("content", "summary"):
             if item.get(name) is not None and not isinstance(item[name], list):
                 raise _fail(file, line, f"response.output[{i}].{name}",
@@ -463,13 +471,7 @@ def _message_unusable(response: dict[str, Any], file: str, line: int | None) -> 
     `content` is an answer; a message never finished (no `stop_reason`) is not."""
     if response.get("type") == "error":
         return f"the saved answer is an error: {orjson.dumps(response.get('error')).decode()[:200]}"
-    content = response.get("content", MISSING)
-    if type(content) is not list:
-        content = _want(file, line, "response.content", content, list)
-    for i, block in enumerate(content):
-        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-            raise _fail(file, line, f"response.content[{i}]",
-                        "expected a block object with a string `type`")
+    _typed_list(response, "content", "a block object", file, line)
     stop = response.get("stop_reason")
     if stop is not None and not isinstance(stop, str):
         raise _fail(file, line, "response.stop_reason",
