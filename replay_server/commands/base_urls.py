@@ -11,6 +11,12 @@ OPENAI_API_BASE_URL first): a stale value of any of them left in the user's envi
 would send a harness elsewhere, so `run` overrides them all, whatever they held. The docs'
 list (docs/run.md) is generated from `VARIABLES`.
 
+One variable is removed rather than set: inspect_ai's INSPECT_EVAL_MODEL_BASE_URL, which
+its CLI reads as `--model-base-url` and which then beats the provider's own variable. No
+single URL suits every provider (OpenAI's clients want the /v1 URL, Anthropic's the root,
+and would post to /v1/v1/messages), so each provider is left to read its own, which the
+table sets in its form; a stale value would otherwise send inspect elsewhere.
+
 A variable the table cannot know (inspect_ai's `openai-api/SERVICE/MODEL` reads
 SERVICE_BASE_URL and requires SERVICE_API_KEY, SERVICE being whatever the user named it) is
 named with `run --base-url-var`.
@@ -18,57 +24,64 @@ named with `run --base-url-var`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True)
 class Variable:
-    """One base-URL variable: its name, the form of URL its readers expect, the API key
-    variable they read with it (None: `run` leaves the key alone), and who reads it."""
+    """One base-URL variable: its name, the form of URL its readers expect (`v1`:
+    `http://HOST:PORT/v1`; `root`: the server's root; `unset`: removed from COMMAND's
+    environment), the API key variable they read with it (None: `run` leaves the key
+    alone), and who reads it."""
 
     name: str
-    v1: bool  # the /v1 URL (`http://HOST:PORT/v1`), else the server's root
+    form: Literal["v1", "root", "unset"]
     key: str | None
     readers: str
 
-    def url(self, base_url: str) -> str:
-        """The replay's URL in this variable's form; `base_url` is the /v1 URL."""
-        return base_url if self.v1 else base_url.removesuffix("/v1")
+    def url(self, base_url: str) -> str | None:
+        """The replay's URL in this variable's form (None: unset); `base_url` is the /v1
+        URL."""
+        if self.form == "unset":
+            return None
+        return base_url if self.form == "v1" else base_url.removesuffix("/v1")
 
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable("OPENAI_BASE_URL", True, "OPENAI_API_KEY",
+    Variable("OPENAI_BASE_URL", "v1", "OPENAI_API_KEY",
              "openai-python and what builds on it (openai-agents, pydantic-ai, instructor, "
              "deepeval's judges, inspect_ai `openai/`), litellm `openai/` (oe-eval, "
              "lighteval, dspy)"),
-    Variable("OPENAI_API_BASE", True, "OPENAI_API_KEY",
+    Variable("OPENAI_API_BASE", "v1", "OPENAI_API_KEY",
              "langchain-openai (before OPENAI_BASE_URL), litellm (after it), dspy"),
-    Variable("OPENAI_API_BASE_URL", True, "OPENAI_API_KEY",
+    Variable("OPENAI_API_BASE_URL", "v1", "OPENAI_API_KEY",
              "camel-ai (before OPENAI_BASE_URL)"),
-    Variable("INSPECT_EVAL_MODEL_BASE_URL", True, None,
-             "inspect_ai: every provider's fallback (`--model-base-url`), graders included"),
-    Variable("VLLM_BASE_URL", True, "VLLM_API_KEY",
+    Variable("INSPECT_EVAL_MODEL_BASE_URL", "unset", None,
+             "inspect_ai's `--model-base-url`, which beats the provider's own variable; "
+             "without it each provider (graders included) reads its own"),
+    Variable("VLLM_BASE_URL", "v1", "VLLM_API_KEY",
              "inspect_ai `vllm/` and `openai-api/vllm/`, pydantic-ai `vllm:`"),
-    Variable("HOSTED_VLLM_API_BASE", True, "HOSTED_VLLM_API_KEY", "litellm `hosted_vllm/`"),
-    Variable("OPENAI_LIKE_API_BASE", True, "OPENAI_LIKE_API_KEY", "litellm `openai_like/`"),
-    Variable("LITELLM_API_BASE", True, "LITELLM_API_KEY", "deepeval `LiteLLMModel`"),
-    Variable("LITELLM_PROXY_API_BASE", True, "LITELLM_PROXY_API_KEY",
+    Variable("HOSTED_VLLM_API_BASE", "v1", "HOSTED_VLLM_API_KEY", "litellm `hosted_vllm/`"),
+    Variable("OPENAI_LIKE_API_BASE", "v1", "OPENAI_LIKE_API_KEY", "litellm `openai_like/`"),
+    Variable("LITELLM_API_BASE", "v1", "LITELLM_API_KEY", "deepeval `LiteLLMModel`"),
+    Variable("LITELLM_PROXY_API_BASE", "v1", "LITELLM_PROXY_API_KEY",
              "deepeval `LiteLLMModel` (after LITELLM_API_BASE)"),
-    Variable("LOCAL_MODEL_BASE_URL", True, "LOCAL_MODEL_API_KEY",
+    Variable("LOCAL_MODEL_BASE_URL", "v1", "LOCAL_MODEL_API_KEY",
              "deepeval `LocalModel` (`deepeval set-local-model`)"),
-    Variable("EVALSCOPE_BASE_URL", True, "EVALSCOPE_API_KEY",
+    Variable("EVALSCOPE_BASE_URL", "v1", "EVALSCOPE_API_KEY",
              "evalscope `openai_api` without `--api-url`"),
-    Variable("MODELSCOPE_API_BASE", True, None,
+    Variable("MODELSCOPE_API_BASE", "v1", None,
              "evalscope's LLM judge (its key, MODELSCOPE_SDK_TOKEN, is also the ModelScope "
              "hub login: left alone)"),
-    Variable("OC_JUDGE_API_BASE", True, "OC_JUDGE_API_KEY", "OpenCompass's LLM judges"),
+    Variable("OC_JUDGE_API_BASE", "v1", "OC_JUDGE_API_KEY", "OpenCompass's LLM judges"),
     # Anthropic's API: its clients append /v1/messages to the server's root
-    Variable("ANTHROPIC_BASE_URL", False, "ANTHROPIC_API_KEY",
+    Variable("ANTHROPIC_BASE_URL", "root", "ANTHROPIC_API_KEY",
              "the anthropic SDK and what builds on it (inspect_ai `anthropic/`, Claude "
              "Code), litellm `anthropic/` (newer, after ANTHROPIC_API_BASE)"),
-    Variable("ANTHROPIC_API_BASE", False, "ANTHROPIC_API_KEY", "litellm `anthropic/`"),
-    Variable("ANTHROPIC_API_BASE_URL", False, "ANTHROPIC_API_KEY",
+    Variable("ANTHROPIC_API_BASE", "root", "ANTHROPIC_API_KEY", "litellm `anthropic/`"),
+    Variable("ANTHROPIC_API_BASE_URL", "root", "ANTHROPIC_API_KEY",
              "scripts built on the anthropic SDK that read their own (camel-ai's examples)"),
 )
 
@@ -82,13 +95,19 @@ def check_name(name: str) -> str:
     return name
 
 
-def environment(base_url: str, api_key: str, named: Sequence[str] = ()) -> dict[str, str]:
-    """What `run` sets in COMMAND's environment: every variable of `VARIABLES`, and each
-    variable `named` (`--base-url-var`), at the replay's /v1 URL `base_url`, with their
-    key variables at `api_key`. A named variable NAME_BASE_URL brings NAME_API_KEY."""
-    env: dict[str, str] = {}
+def environment(inherited: Mapping[str, str], base_url: str, api_key: str,
+                named: Sequence[str] = ()) -> dict[str, str]:
+    """COMMAND's environment under `run`: `inherited` with every variable of `VARIABLES`
+    set (or removed) in its form of the replay's /v1 URL `base_url`, and each variable
+    `named` (`--base-url-var`) at `base_url`, with their key variables at `api_key`. A
+    named variable NAME_BASE_URL brings NAME_API_KEY."""
+    env = dict(inherited)
     for variable in VARIABLES:
-        env[variable.name] = variable.url(base_url)
+        url = variable.url(base_url)
+        if url is None:
+            env.pop(variable.name, None)
+        else:
+            env[variable.name] = url
         if variable.key is not None:
             env[variable.key] = api_key
     for name in map(check_name, named):
@@ -102,7 +121,8 @@ def markdown_table() -> str:
     """The docs' list of the variables `run` sets (docs/run.md, generated from VARIABLES)."""
     rows = ["| variable | set to | key variable set | read by |", "| --- | --- | --- | --- |"]
     for v in VARIABLES:
-        form = "`http://HOST:PORT/v1`" if v.v1 else "`http://HOST:PORT`"
+        form = {"v1": "`http://HOST:PORT/v1`", "root": "`http://HOST:PORT`",
+                "unset": "removed"}[v.form]
         rows.append(f"| `{v.name}` | {form} | {f'`{v.key}`' if v.key else 'none'} | "
                     f"{v.readers} |")
     return "\n".join(rows)

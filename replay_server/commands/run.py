@@ -271,8 +271,8 @@ def _serve_command(app: Any, settings: Settings, command: Sequence[str], stop_on
     replayer: Replayer = app.state.replayer
     stopped = threading.Event()
     with InThread(app, settings) as server:
-        env = {**os.environ, **base_urls.environment(
-            server.base_url, settings.api_key or "replay-server", base_url_vars)}
+        env = base_urls.environment(os.environ, server.base_url,
+                                    settings.api_key or "replay-server", base_url_vars)
         say(f"replay-server run: serving on {server.base_url}; running: {' '.join(command)}")
         proc = subprocess.Popen(list(command), env=env, start_new_session=True)
         if stop_on_miss:

@@ -22,7 +22,9 @@ from tests.harnesses import inspect_runs, lm_eval_runs
 from tests.harnesses.commands import BIN, REPLAY, ROOT, offline_env, run, service
 from tests.support import running
 
-pytestmark = [pytest.mark.harness, pytest.mark.http]
+# one worker runs this module (make test: --dist loadgroup), so that its module fixtures,
+# the original runs, are made once
+pytestmark = [pytest.mark.harness, pytest.mark.http, pytest.mark.xdist_group("anthropic")]
 GEN = ROOT / "tests" / "data" / "gen"
 CLAUDE = "claude-fake"
 RUN_PRINTED = r"^\||^replay-server run:|^  (model|miss) |^\s*(accuracy|stderr) "
@@ -59,13 +61,14 @@ def recorded(claude: Claude, name: str, command: list[str], printed: str) -> tup
     return recording, ran.output
 
 
-def under_run(claude: Claude, name: str, saved: Path, command: list[str]
-              ) -> tuple[int, str]:
-    """`replay-server run SAVED -- COMMAND` (`{root}` in it: the replay's root URL)."""
+def under_run(claude: Claude, name: str, saved: Path, command: list[str],
+              stale: dict[str, str] | None = None) -> tuple[int, str]:
+    """`replay-server run SAVED -- COMMAND` (`{root}` in it: the replay's root URL), with
+    the `stale` variables in the environment `run` inherits."""
     line = " ".join(f'"{a.replace("{root}", "$ANTHROPIC_BASE_URL")}"' if "{root}" in a
                     else shlex.quote(a) for a in command)
     ran = run(f"{name}: rescored", [*REPLAY, "run", str(saved), "--", "sh", "-c", line],
-              claude.env, claude.tasks, RUN_PRINTED)
+              {**claude.env, **(stale or {})}, claude.tasks, RUN_PRINTED)
     return ran.code, ran.output
 
 
@@ -77,11 +80,9 @@ INSPECT_MODEL = "anthropic/claude-sonnet-4-5"
 
 def inspect_command(log_dir: Path) -> list[str]:
     """inspect_arith with extended thinking on: inspect's anthropic provider then streams.
-    `--model-base-url` is the server's root: without it, inspect takes
-    INSPECT_EVAL_MODEL_BASE_URL (the /v1 URL that `run` sets for every provider) before
-    ANTHROPIC_BASE_URL, and its Anthropic client appends /v1/messages to that."""
+    It reads ANTHROPIC_BASE_URL, as a user runs it: no `--model-base-url`."""
     return [str(BIN / "inspect"), "eval", "inspect_arith.py", "--model", INSPECT_MODEL,
-            "--model-base-url", "{root}", "--log-dir", str(log_dir),
+            "--log-dir", str(log_dir),
             "--reasoning-tokens", "1024", "--max-tokens", "2048", "--display", "plain"]
 
 
@@ -109,12 +110,15 @@ def same_inspect(replayed: inspect_runs.Scores, original: inspect_runs.Scores) -
 def test_inspect_anthropic_rescored_under_run_scores_the_same(
         claude: Claude, inspect_original: tuple[Path, inspect_runs.Scores], source: str) -> None:
     """From the recording (its frames replayed byte for byte), and from the .eval log
-    inspect wrote itself (its Messages calls read by the inspect reader)."""
+    inspect wrote itself (its Messages calls read by the inspect reader). A stale
+    INSPECT_EVAL_MODEL_BASE_URL (inspect's `--model-base-url`, which beats
+    ANTHROPIC_BASE_URL) is removed by `run`."""
     recording, original = inspect_original
     saved = recording if source == "recording" else original.log
     out = claude.dir / f"inspect-from-{source}"
     code, output = under_run(claude, f"inspect_ai anthropic/ from the {source}", saved,
-                             inspect_command(out))
+                             inspect_command(out),
+                             {"INSPECT_EVAL_MODEL_BASE_URL": "http://127.0.0.1:9/v1"})
     same_inspect(inspect_runs.read_scores(out, output), original)
     if source == "recording":
         assert code == 0, output[-3000:]
