@@ -153,11 +153,11 @@ def venv_python(name: str, *requirements: str) -> str:
     with open(VENVS / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not marker.exists():
-            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True,
-                           timeout=300)
-            subprocess.run([str(python), "-m", "pip", "install", "--quiet",
-                            "--disable-pip-version-check", *requirements], check=True,
-                           timeout=900, env={**os.environ, "PIP_NO_INPUT": "1"})
+            uv = Path(sys.executable).parent / "uv"  # the dev extra's, as the Makefile's
+            subprocess.run([str(uv), "venv", "--quiet", "--clear", "--python", sys.executable,
+                            str(venv)], check=True, timeout=300)
+            subprocess.run([str(uv), "pip", "install", "--quiet", "--python", str(python),
+                            *requirements], check=True, timeout=900)
             marker.touch()
     return str(python)
 
