@@ -28,7 +28,9 @@ from tests.support import running
 
 from .support import docs_block
 
-pytestmark = [pytest.mark.harness, pytest.mark.http]
+# one worker runs this module (make test: --dist loadgroup), so that its module fixtures,
+# the original runs, are made once
+pytestmark = [pytest.mark.harness, pytest.mark.http, pytest.mark.xdist_group("compare")]
 TASKS = ROOT / "tests" / "data" / "gen" / "tasks"
 TASK = PORT_CASE.task  # arith_chat_greedy: lm-eval's side of the port
 FILTER = 'regex_pattern: "The answer is (\\\\-?[0-9]+)"'  # as the task's YAML writes it

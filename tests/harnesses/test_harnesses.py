@@ -38,7 +38,9 @@ from tests.harnesses.commands import (
 from tests.harnesses.lm_eval_runs import BASE, CASES, under_run
 from tests.support import running
 
-pytestmark = [pytest.mark.harness, pytest.mark.http]
+# one worker runs this module (make test: --dist loadgroup), so that its module fixtures,
+# the original runs, are made once
+pytestmark = [pytest.mark.harness, pytest.mark.http, pytest.mark.xdist_group("harnesses")]
 GEN = ROOT / "tests" / "data" / "gen"
 OLMO_RUN = ROOT / "tests" / "data" / "olmo_eval" / "run_basic"
 RUN_PRINTED = r"^\||^replay-server run:|^  (model|skipped|rejected|miss) |^\s*(accuracy|stderr) "
