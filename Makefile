@@ -10,8 +10,9 @@ JOBS   ?= 2
 # uv installs (a tenth of pip's time here); pip installs uv itself, into .venv. uv reads
 # not pip's configuration but its own: behind a package mirror, set UV_INDEX_URL.
 UV     := $(BIN)/uv pip install --quiet --python $(BIN)/python
-# the tests `make check` leaves to `make test`
-SLOW   := harness or container
+# the tests `make check` leaves to `make test`: the real harnesses, the container, and each
+# test that takes a second or more (marked `slow`: real processes, signals, timeouts, fuzzing)
+SLOW   := harness or container or slow
 
 .DEFAULT_GOAL := help
 .PHONY: help serve check test lint docs bench clean
@@ -63,7 +64,7 @@ docs: $(VENV)/.installed-dev ## build the documentation site, strictly (any warn
 # test module again, and each of the hundreds of commands the tests start compiles
 # replay_server again, on every run.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(JOBS) --dist loadgroup
-check: lint docs ## while developing: lint, docs, the tests but harness and container (JOBS workers)
+check: lint docs ## while developing: lint, docs, the tests but harness, container and slow (JOBS workers)
 	$(PYTEST) -m "not ($(SLOW))"
 
 test: $(VENV)/.installed-test lint docs ## the whole suite, as CI runs it (.ci/run), on JOBS workers: see the README's Set up

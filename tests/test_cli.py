@@ -58,6 +58,7 @@ def json_and_text(out: str) -> list[Any]:
     return pieces
 
 
+@pytest.mark.slow
 @pytest.mark.http
 def test_serve_prints_lines_that_run_as_pasted_in_another_shell(
         example: Spawned, tmp_path: Path) -> None:
@@ -92,6 +93,7 @@ def test_without_openai_the_python_line_installs_it_in_a_venv_first() -> None:
     assert 'OpenAI(base_url="http://127.0.0.1:9/v1", api_key="replay")' in code
 
 
+@pytest.mark.slow
 @pytest.mark.http
 def test_the_readme_quick_start_runs_as_written(example: Spawned) -> None:
     code = README.split("```python\n", 1)[1].split("```", 1)[0]
@@ -140,6 +142,7 @@ def test_the_errors_page_lists_every_replay_error_code() -> None:
     assert codes and all(f"`{code}`" in page for code in codes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["--help"], ["--version"], ["inspect", "examples/"],
                                      ["convert", "examples/", "-o", "{tmp}/run.jsonl"],
                                      ["index", "examples/", "-o", "{tmp}/run.idx"]])

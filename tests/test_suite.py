@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 MODULE = '''
 import os, pathlib, pytest
 pytestmark = pytest.mark.xdist_group("one")
@@ -16,6 +18,7 @@ def test_worker(i):
 '''
 
 
+@pytest.mark.slow
 def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
     """`make test` runs `--dist loadgroup` so that a module's costly fixtures (the
     container's image, the harnesses' original runs) are made once, by one worker; pytest

@@ -46,6 +46,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
+@pytest.mark.slow
 def test_a_command_that_gets_every_answer_passes() -> None:
     result = run("--", sys.executable, "-c", ALL)
     assert result.returncode == 0, result.stderr
@@ -61,6 +62,7 @@ print(httpx.post(base + "/tokenize", json={{"model": "{MODEL}", "prompt": "Hi"}}
 """
 
 
+@pytest.mark.slow
 def test_an_unanswered_tokenizer_call_is_reported_loudly_but_passes() -> None:
     result = run("--", sys.executable, "-c", ALL + TOKENIZE)
     assert result.returncode == 0, result.stderr
@@ -73,6 +75,7 @@ def test_an_unanswered_tokenizer_call_is_reported_loudly_but_passes() -> None:
     assert "1 tokenizer call(s) went unanswered (no generation was affected" in result.stderr
 
 
+@pytest.mark.slow
 def test_an_unanswered_tokenizer_call_fails_the_run_with_strict() -> None:
     # (only the tokenizer call: --strict would also compare the sampling parameters)
     result = run("--strict", "--", sys.executable, "-c", ASK + TOKENIZE)
@@ -81,6 +84,7 @@ def test_an_unanswered_tokenizer_call_fails_the_run_with_strict() -> None:
         in result.stderr
 
 
+@pytest.mark.slow
 def test_stop_on_miss_stops_at_an_unanswered_tokenizer_call_only_with_strict() -> None:
     loose = run("--stop-on-miss", "--", sys.executable, "-c", ALL + TOKENIZE)
     assert loose.returncode == 0 and "stopped COMMAND" not in loose.stderr
@@ -91,6 +95,7 @@ def test_stop_on_miss_stops_at_an_unanswered_tokenizer_call_only_with_strict() -
     assert "not stopped" not in strict.stdout
 
 
+@pytest.mark.slow
 def test_a_swallowed_miss_fails_the_run_with_the_reason() -> None:
     result = run("--", sys.executable, "-c", ASK + "print(chat('Name a colour'))")
     assert result.stdout.strip() == "error 400"
@@ -107,6 +112,7 @@ def test_a_command_that_fails_on_its_own_keeps_its_exit_status() -> None:
     assert "COMMAND failed with exit status 7" in result.stderr
 
 
+@pytest.mark.slow
 def test_saved_generations_never_asked_for_fail_unless_allowed() -> None:
     ask_one = ASK + "print(chat('Write a haiku about rescoring.'))"
     result = run("--", sys.executable, "-c", ask_one)
@@ -118,6 +124,7 @@ def test_saved_generations_never_asked_for_fail_unless_allowed() -> None:
     assert "5 saved sample(s) never asked for, allowed" in allowed.stderr
 
 
+@pytest.mark.slow
 def test_stop_on_miss_stops_the_command_at_the_first_miss() -> None:
     script = ASK + "chat('Name a colour')\nimport time\ntime.sleep(60)\nprint('not stopped')"
     result = run("--stop-on-miss", "--", sys.executable, "-c", script)
@@ -131,6 +138,7 @@ def test_a_missing_command_is_a_usage_error() -> None:
     assert result.returncode == 2 and "after `--`" in result.stderr
 
 
+@pytest.mark.slow
 def test_report_has_a_line_per_distinct_request_and_groups_misses(tmp_path: Path) -> None:
     report = tmp_path / "report.jsonl"
     script = ASK + """
@@ -155,6 +163,7 @@ print(chat("Something never saved"))
     assert f"wrote 4 request(s) to {report}" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_miss_outranks_the_command_s_own_failure() -> None:
     """Harnesses that exit non-zero on failed items would otherwise hide the miss."""
     script = ASK + "print(chat('Name a colour'))\nraise SystemExit(100)"
@@ -165,6 +174,7 @@ def test_a_miss_outranks_the_command_s_own_failure() -> None:
         in result.stderr
 
 
+@pytest.mark.slow
 def test_the_command_s_own_failure_outranks_no_requests_and_unused_samples() -> None:
     result = run("--", sys.executable, "-c", ASK + "raise SystemExit(9)")
     assert result.returncode == 9
@@ -180,6 +190,7 @@ urllib.request.urlopen(urllib.request.Request(
 """
 
 
+@pytest.mark.slow
 def test_a_reset_between_passes_forgets_the_cursors_not_the_misses() -> None:
     """A harness that misses, resets (as before a second pass), then hits everything."""
     second_pass = ALL.replace("print(chat(", "print('second pass', chat(")
@@ -215,6 +226,7 @@ def test_never_asked_for_examples_name_each_place_once_with_its_unused_samples()
     assert first.endswith(": 2 of 3") and all(p.endswith(": 3 of 3") for p in places[1:])
 
 
+@pytest.mark.slow
 def test_stop_on_miss_counts_only_requests_with_an_outcome() -> None:
     """A request begun but not sent whole when COMMAND is stopped is cut off in flight."""
     script = ASK + """
@@ -232,6 +244,7 @@ time.sleep(60)
     assert "1 more request(s) were cut off in flight" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("over", ["the saved file", "the same file by another path",
                                   "the index file", "the index's saved file"])
 def test_the_report_never_replaces_an_input(tmp_path: Path, over: str) -> None:
@@ -258,6 +271,7 @@ def test_the_report_never_replaces_an_input(tmp_path: Path, over: str) -> None:
     assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
+@pytest.mark.slow
 def test_every_base_url_variable_points_at_the_replay_whatever_it_held() -> None:
     """A stale value of any of them would send a harness elsewhere (or hang it)."""
     from replay_server.commands.base_urls import VARIABLES
@@ -325,6 +339,7 @@ def test_inspect_reaches_the_replay_through_its_own_variables_when_they_are_stal
     assert scores.status == "success" and scores.metrics["includes/accuracy"] == 1 / 3
 
 
+@pytest.mark.slow
 def test_the_example_harness_says_what_a_miss_is_and_fails_on_one(tmp_path: Path) -> None:
     """docker/example-harness.py under `run`: it passes on the example run, and on a run
     that lacks one of its questions it fails with the status its docstring names."""

@@ -49,6 +49,7 @@ def judge(tmp_path: Path) -> Iterator[str]:
         yield url
 
 
+@pytest.mark.slow
 def test_a_judge_is_forwarded_saved_reported_and_replayed_the_next_time(
         judge: str, tmp_path: Path) -> None:
     out, report = tmp_path / "judge.jsonl", tmp_path / "report.jsonl"
@@ -72,6 +73,7 @@ def test_a_judge_is_forwarded_saved_reported_and_replayed_the_next_time(
     assert changed.returncode == 3 and changed.stdout.splitlines()[1] == "'error 404'"
 
 
+@pytest.mark.slow
 def test_an_unreachable_upstream_fails_the_run_with_its_own_status(tmp_path: Path) -> None:
     result = run("--upstream", "http://127.0.0.1:9", "--out", str(tmp_path / "judge.jsonl"))
     assert result.returncode == 6, result.stderr
@@ -82,6 +84,7 @@ def test_an_unreachable_upstream_fails_the_run_with_its_own_status(tmp_path: Pat
     assert "1 distinct request(s) forwarded upstream got no answer to save" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_saved_models_miss_under_an_upstream_is_a_replay_miss(
         judge: str, tmp_path: Path) -> None:
     result = run("--upstream", judge, "--out", str(tmp_path / "judge.jsonl"),
@@ -91,6 +94,7 @@ def test_a_saved_models_miss_under_an_upstream_is_a_replay_miss(
     assert not (tmp_path / "wire.jsonl").exists()  # the judge was never asked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["--upstream", "http://127.0.0.1:9"], "--upstream and --out go together"),
     (["--upstream", "http://127.0.0.1:9", "--out", "examples/demo-run.jsonl"],
@@ -102,6 +106,7 @@ def test_an_upstream_that_cannot_be_saved_is_a_bad_option(args: list[str],
     assert result.returncode == 2 and message in result.stderr
 
 
+@pytest.mark.slow
 def test_serve_forwards_a_judge_and_says_what_it_saved(judge: str, tmp_path: Path) -> None:
     out = tmp_path / "judge.jsonl"
     with spawn("serve", str(SAVED), "--upstream", judge, "--out", str(out)) as server:

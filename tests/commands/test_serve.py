@@ -18,6 +18,7 @@ from tests.web.test_recorder import STREAM, staged_upstream
 pytestmark = pytest.mark.http
 
 
+@pytest.mark.slow
 def test_serve_answers_a_request_in_flight_when_sigterm_comes(tmp_path: Path) -> None:
     saved = write_jsonl(tmp_path / "run.jsonl", [chat_record("q", chat_response("a"))])
     with spawn("serve", str(saved), "--log-level", "warning") as server:
@@ -42,6 +43,7 @@ def test_serve_answers_a_request_in_flight_when_sigterm_comes(tmp_path: Path) ->
         httpx.get(server.base + "/health", timeout=2)
 
 
+@pytest.mark.slow
 def test_record_finishes_and_saves_a_stream_in_flight_when_sigterm_comes(
         tmp_path: Path) -> None:
     release = threading.Event()

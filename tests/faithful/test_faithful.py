@@ -246,6 +246,7 @@ def slow_upstream(release: threading.Event, body: dict[str, Any]) -> Starlette:
     return Starlette(routes=[Route(CHAT_PATH, chat, methods=["POST"])])
 
 
+@pytest.mark.slow
 def test_an_exchange_whose_client_gave_up_is_not_saved(tmp_path: Path) -> None:
     release = threading.Event()
     with running(slow_upstream(release, chat_response("late"))) as up:
@@ -318,6 +319,7 @@ def run_cli(args: list[str], script: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.http
 @pytest.mark.parametrize("script, status", [
     ("print(post('/chat/completions', content=b'x' * 300))", "413"),
@@ -340,6 +342,7 @@ def test_run_fails_when_no_request_reached_the_server() -> None:
     assert "no request reached the replay server" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.http
 def test_run_reports_distinct_requests_and_their_attempts() -> None:
     retry = ("for _ in range(4): post('/chat/completions', json={'model': "
@@ -510,6 +513,7 @@ def saved_text(tmp_path: Path) -> str:
     return str(line["response"]["choices"][0]["message"]["content"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("end", [b"\n\n", b"\r\n\r\n", b"\r\r"])
 def test_a_stream_with_any_sse_line_ending_is_saved(tmp_path: Path, end: bytes) -> None:
     payload = sse(*deltas("Hel", "lo"), end=end)
@@ -525,6 +529,7 @@ def test_a_compressed_upstream_stream_reaches_the_client_decoded_and_is_saved(
     assert got == payload and saved_text(tmp_path) == "Hi"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("odd", [
     {**CHUNK, "choices": [{"index": None, "delta": {"content": "x"}}]},
     {**CHUNK, "choices": ["not a choice"]},
@@ -539,6 +544,7 @@ def test_a_chunk_the_recorder_cannot_aggregate_passes_through_unsaved(
     assert (tmp_path / "run.jsonl").read_bytes() == b""
 
 
+@pytest.mark.slow
 @pytest.mark.http
 @pytest.mark.parametrize("command, said", [
     (["record", "--upstream", "http://127.0.0.1:9", "--out", "run.jsonl"],
@@ -556,6 +562,7 @@ def test_sigterm_drains_summarises_and_exits_0(tmp_path: Path, command: list[str
 
 # --- 15. no silent security holes, no unbounded costs -----------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["flag", "env"])
 def test_an_empty_api_key_is_refused(how: str) -> None:
     args = ["--api-key", ""] if how == "flag" else []
@@ -567,6 +574,7 @@ def test_an_empty_api_key_is_refused(how: str) -> None:
     assert "set but empty" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.http
 def test_a_client_trickling_its_headers_is_cut_off() -> None:
     with spawn("serve", "examples/", "--read-timeout", "1") as server:
@@ -600,6 +608,7 @@ def _answer(sock: socket.socket) -> bytes:
     return head
 
 
+@pytest.mark.slow
 @pytest.mark.http
 def test_the_read_timeout_counts_from_each_request_on_a_kept_alive_connection() -> None:
     get = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"

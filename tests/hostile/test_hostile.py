@@ -58,6 +58,7 @@ def assert_envelope(response: Any, anthropic: bool = False) -> None:
         assert set(error) == fields and error["message"]
 
 
+@pytest.mark.slow
 @SCHEMA.parametrize()
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 def test_fuzzing_from_the_openapi_schema_gives_no_5xx(case: Any, base: str) -> None:
@@ -107,6 +108,7 @@ def rss(pid: int) -> int:
                .group(1)) * 1024  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_a_barrage_of_garbage_leaves_the_server_answering_correctly(base: str) -> None:
     bad = list(garbage())
     with httpx.Client(timeout=30) as client:
@@ -119,6 +121,7 @@ def test_a_barrage_of_garbage_leaves_the_server_answering_correctly(base: str) -
     valid_chat(base)
 
 
+@pytest.mark.slow
 def test_memory_stays_flat_under_a_barrage(tmp_path: Path) -> None:
     """In its own process, so that its resident memory can be read: after a warm-up
     barrage, thousands more garbage requests do not grow it."""
@@ -224,6 +227,7 @@ def listening(port: int) -> set[str]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("host", [None, "127.0.0.2"])
 def test_binds_to_loopback_unless_told_otherwise(tmp_path: Path, host: str | None) -> None:
     saved = write_jsonl(tmp_path / "run.jsonl", RECORDS[:1])

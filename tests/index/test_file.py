@@ -149,6 +149,7 @@ def test_an_index_of_another_key_version_is_refused_saying_so(tmp_path: Path) ->
     assert "rebuild it" in message and str(index) in message
 
 
+@pytest.mark.slow
 @pytest.mark.http
 def test_several_workers_share_one_index(tmp_path: Path) -> None:
     saved = write_jsonl(tmp_path / "run.jsonl", [
@@ -165,6 +166,7 @@ def test_several_workers_share_one_index(tmp_path: Path) -> None:
         assert len(workers) >= 2
 
 
+@pytest.mark.slow
 def test_workers_are_refused_without_an_index_or_with_ordered_samples(built: Path) -> None:
     plain = subprocess.run([*CLI, "serve", "examples", "--workers", "2"], capture_output=True,
                            text=True, cwd=ROOT)

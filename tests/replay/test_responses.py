@@ -82,6 +82,7 @@ def session(client: openai.OpenAI) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.slow
 def test_record_then_replay_gives_identical_responses(
         recorded: tuple[str, Recorder, Path]) -> None:
     url, rec, out = recorded
@@ -273,6 +274,7 @@ def test_the_docs_list_every_responses_field_as_the_code_classifies_it() -> None
     assert fields_table(RESPONSES_PATH) in docs_page("reference/fields.md")
 
 
+@pytest.mark.slow
 def test_convert_and_the_index_file_keep_frames_and_batch_usage(
         recorded: tuple[str, Recorder, Path], tmp_path: Path) -> None:
     from replay_server.commands.convert import convert_paths

@@ -293,6 +293,7 @@ def test_frames_that_cannot_be_read_are_a_bad_line() -> None:
                                      "read: a stream event is not JSON")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["inspect"], ["index", "-o", "{tmp}/x.index"],
                                      ["convert", "-o", "{tmp}/x.jsonl"],
                                      ["serve", "--port", "0"]])
@@ -355,6 +356,7 @@ def mutate(obj: Any, data: st.DataObject) -> Any:
     return obj
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)  # (a shared machine: time is no signal)
 @given(st.sampled_from([chat(), chat(2), completion(), completion([1, 2], 3), responses()]),
        st.integers(1, 4), st.data())

@@ -324,6 +324,7 @@ def test_a_slow_client_is_cut_off_mid_body() -> None:
         assert isinstance(app, ReplayApp) and app.replayer.stats.requests == 1
 
 
+@pytest.mark.slow
 def test_a_connection_idle_for_the_keep_alive_timeout_is_closed() -> None:
     def busy_then_idle(port: int) -> list[bytes]:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
@@ -356,6 +357,7 @@ def closed_within(s: socket.socket, since: float, seconds: float) -> None:
     assert time.monotonic() - since < seconds + 1.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("after_an_answer", [True, False])
 @pytest.mark.parametrize("trickle", [[b"\r\n"], [b"\r\n"] * 8, [b"\r\n", b"PO", b"ST /v1"],
                                      [bytes([c]) for c in b"GET /health HTTP/1.1"]],
@@ -382,6 +384,7 @@ def test_stray_or_trickled_bytes_never_hold_a_connection(after_an_answer: bool,
         closed_within(s, start, READ_TIMEOUT)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cut", ["in the headers", "in the body"])
 def test_a_pipelined_request_left_unfinished_is_cut_off(cut: str) -> None:
     """The unfinished request began in the read that ended the one before: no byte comes
@@ -406,6 +409,7 @@ def test_stray_crlfs_between_requests_are_still_ignored() -> None:
 TRAILER = ("authorization: Bearer sesame",)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("request_", [
     post(CHAT, chat("2+2?"), chunks=2, trailers=TRAILER),
     post("/replay/reset", b"{}", chunks=1, trailers=TRAILER),

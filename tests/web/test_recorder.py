@@ -145,6 +145,7 @@ def test_models_are_forwarded(recorder: tuple[str, Recorder]) -> None:
     assert [m.id for m in models.data] == [MODEL]
 
 
+@pytest.mark.slow
 async def test_concurrent_exchanges_are_all_saved_whole(recorder: tuple[str, Recorder],
                                                         tmp_path: Path) -> None:
     async def one(client: openai.AsyncOpenAI, i: int) -> str:
@@ -243,6 +244,7 @@ def test_two_recorders_cannot_write_one_file(tmp_path: Path) -> None:
     first.close()
 
 
+@pytest.mark.slow
 def test_sigkill_loses_no_acknowledged_exchange_and_leaves_no_torn_line(
         upstream: str, tmp_path: Path) -> None:
     out = tmp_path / "killed.jsonl"
@@ -308,6 +310,7 @@ def test_an_unreachable_upstream_is_a_502_in_the_envelope(tmp_path: Path) -> Non
     assert "x-should-retry" not in r.headers
 
 
+@pytest.mark.slow
 def test_record_says_at_start_that_the_upstream_is_unreachable_and_records_once_it_is_up(
         tmp_path: Path) -> None:
     port = free_port()
@@ -384,6 +387,7 @@ def no_done_upstream(frames: list[bytes]) -> Starlette:
                              for path in (CHAT_PATH, "/v1/completions")])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(NO_DONE))
 def test_a_stream_received_whole_without_done_is_saved_and_replayed_as_sent(
         tmp_path: Path, case: str) -> None:

@@ -61,6 +61,7 @@ def answering(server: Spawned) -> list[int]:
     return workers(server)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_every_worker_and_exits_0(index: Path) -> None:
     with spawn("serve", str(index), "--workers", "2", "--log-level", "warning") as server:
         pids = answering(server)
@@ -68,6 +69,7 @@ def test_sigterm_stops_every_worker_and_exits_0(index: Path) -> None:
     assert not any(alive(pid) for pid in pids)
 
 
+@pytest.mark.slow
 def test_a_worker_cuts_off_a_trickling_client(index: Path) -> None:
     with spawn("serve", str(index), "--workers", "2", "--read-timeout", "1") as server:
         answering(server)
@@ -79,6 +81,7 @@ def test_a_worker_cuts_off_a_trickling_client(index: Path) -> None:
             assert time.monotonic() - start < 3
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_stops_the_server_loudly(index: Path) -> None:
     with spawn("serve", str(index), "--workers", "2", "--log-level", "warning") as server:
         first, second = answering(server)
@@ -88,6 +91,7 @@ def test_a_worker_that_dies_stops_the_server_loudly(index: Path) -> None:
     assert not alive(second)
 
 
+@pytest.mark.slow
 def test_workers_stop_when_the_server_is_killed(index: Path) -> None:
     # SIGKILL leaves the parent no way to stop them: each worker watches its parent
     with spawn("serve", str(index), "--workers", "2", "--log-level", "warning") as server:

@@ -265,6 +265,7 @@ def accepts(f: keys.Field, value: Any) -> bool:
     return not (kind == "array" and f.items) or all(OF.get(type(v)) == f.items for v in value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("endpoint", list(FAMILIES))
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,7 @@ ANY = st.one_of(TEXTS, st.lists(ATOMS, max_size=60).map("".join),
                          max_size=8).map("".join))
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None)
 @given(text=ANY)
 def test_pieces_are_those_of_the_rule(text: str) -> None:
@@ -30,6 +32,7 @@ def test_pieces_are_those_of_the_rule(text: str) -> None:
     assert first_piece(text) == (expected[0] if expected else "")
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None)
 @given(text=ANY)
 def test_pieces_joined_mark_the_same_cuts(text: str) -> None:

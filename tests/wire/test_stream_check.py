@@ -40,6 +40,7 @@ BODIES = st.one_of(chat_bodies().map(lambda b: (CHAT_PATH, b)),
                    completion_bodies().map(lambda b: (COMPLETION_PATH, b)))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(case=BODIES, include_usage=st.booleans())
 def test_a_stream_made_from_a_saved_answer_aggregates_to_its_texts(
@@ -190,6 +191,7 @@ def changed(draw: st.DrawFn, stream: bytes) -> bytes:
     return stream
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(data=st.data(), case=BODIES, include_usage=st.booleans())
 def test_a_stream_changed_anywhere_reads_as_its_events_say(

@@ -381,6 +381,7 @@ def saved_app(saved: dict[str, Any]) -> Starlette:
     return Starlette(routes=[Route("/v1/responses", create, methods=["POST"])])
 
 
+@pytest.mark.slow
 @pytest.mark.http
 @pytest.mark.parametrize("name", SAVED)
 def test_the_openai_client_reads_events_for_as_the_saved_response(name: str) -> None:
