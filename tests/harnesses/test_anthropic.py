@@ -134,12 +134,15 @@ def test_inspect_anthropic_rescored_under_run_scores_the_same(
 
 # --------------------------------------------------------------------------- lm-eval
 
-def lm_eval_command(out: Path) -> list[str]:
+def lm_eval_command(out: Path, system: str = lm_eval_runs.SYSTEM) -> list[str]:
     args = f"model={CLAUDE},base_url={{root}}/v1/messages,max_retries=1"
     return [str(BIN / "lm_eval"), "run", "--model", "anthropic-chat", "--model_args", args,
             "--tasks", "arith_chat_greedy", "--include_path", ".", "--output_path", str(out),
-            "--log_samples", "--apply_chat_template", "--system_instruction",
-            lm_eval_runs.SYSTEM]
+            "--log_samples", "--apply_chat_template", "--system_instruction", system]
+
+
+# `run`'s verdict on misses: distinct requests, and the attempts at them (a retry is one more)
+MISSES = re.compile(r"(\d+) distinct request\(s\) got no saved generation \((\d+) attempt")
 
 
 def test_lm_eval_anthropic_chat_rescored_under_run_scores_the_same(claude: Claude) -> None:
@@ -152,6 +155,12 @@ def test_lm_eval_anthropic_chat_rescored_under_run_scores_the_same(claude: Claud
     replayed = lm_eval_runs.read_scores(claude.dir / "lm-rescored", "arith_chat_greedy", output)
     assert replayed.results == original.results
     assert replayed.per_doc() == original.per_doc()
+    # another system prompt: every request a miss, none sent twice, and `run` exits 3
+    code, missed = under_run(claude, "lm-eval anthropic-chat, a changed prompt", recording,
+                             lm_eval_command(claude.dir / "lm-changed", lm_eval_runs.SYSTEM + "!"))
+    assert code == 3, missed[-3000:]
+    found = MISSES.search(missed)
+    assert found and found.group(1) == found.group(2), missed[-3000:]
 
 
 # --------------------------------------------------------------------------- LiteLLM, the SDK
