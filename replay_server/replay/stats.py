@@ -80,6 +80,10 @@ class Stats:
         # index file).
         self.used: dict[int, int] = {}
         self.used_samples: Counter[str] = Counter()
+        # The uniform entries already marked whole in `used`, by their first exchange's
+        # start: a hit on one again changes nothing there, and a popular prompt saved by
+        # many instances would otherwise walk them all on every hit.
+        self.used_whole: set[int] = set()
         self.on_error: Callable[[dict[str, Any]], None] | None = None
         # Called for each unanswered tokenizer call too, when those fail the run (--strict)
         self.tokenizer_errors_fail = False
@@ -112,6 +116,7 @@ class Stats:
             self.tracked.clear()
         self.used.clear()
         self.used_samples.clear()
+        self.used_whole.clear()
         self.tokenizer.clear()
         self.tokenizer_unanswered.clear()
 
@@ -120,6 +125,10 @@ class Stats:
         picks: Selection = selection
         if isinstance(entry, Entry) and entry.uniform:
             # every sample is the same generation: all of them are used
+            first = entry.instances[0].exchanges[0].start
+            if first in self.used_whole:
+                return
+            self.used_whole.add(first)
             picks = [(e, None) for i in entry.instances for e in i.exchanges]
         for exchange, choice in picks:
             self.use(model, exchange, choice)

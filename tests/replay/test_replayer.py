@@ -123,6 +123,23 @@ def test_a_stream_gets_the_recorded_frames_of_its_generation(streamed_first: boo
     assert r.stats.unused(MODEL) == 0
 
 
+def test_a_prompt_saved_by_many_instances_is_used_whole_until_a_reset() -> None:
+    """One generation saved by three instances (the greedy case): a hit uses all three
+    samples, every hit after it changes nothing, and a reset forgets them all."""
+    answer = chat_response("4")
+    records = [chat_record("2+2?", answer, file=f"{i}.jsonl") for i in range(3)]
+    records.append(chat_record("3+3?", chat_response("6"), file="other.jsonl"))
+    r = replayer(records)
+    assert r.stats.unused(MODEL) == 4
+    for _ in range(2):
+        assert texts(ask(r, "2+2?")) == ["4"]
+        assert r.stats.unused(MODEL) == 1
+    r.stats.reset()
+    assert r.stats.unused(MODEL) == 4
+    assert texts(ask(r, "2+2?")) == ["4"]
+    assert r.stats.unused(MODEL) == 1
+
+
 def test_n_streamed_samples_get_the_recording_of_those_samples() -> None:
     """n=2, two instances that saved the same two samples, the second recorded streamed."""
     streamed = streamed_record("Hi", "Hi", file="b.jsonl")
