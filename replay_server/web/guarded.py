@@ -13,11 +13,12 @@ holes a client can use:
   the whole request is in before the app looks.
 
 `GuardedProtocol` extends uvicorn's internal `HttpToolsProtocol` (four parser callbacks;
-its `headers`, `loop`, `transport`). It is the one module allowed a dependency's
-internals (tests/test_layers.py) and stays short (a test says so), so that a new uvicorn
-has one small place to be checked against; everything else about HTTP is uvicorn's. The
-base class's methods are called directly, not through `super()`: this is on every
-request.
+its `headers`, `loop`, `transport`), and hands it a transport whose writes leave once a
+step of the event loop (`writes.StepWrites`, public asyncio only). It is the one module
+allowed a dependency's internals (tests/test_layers.py) and stays short (a test says so),
+so that a new uvicorn has one small place to be checked against; everything else about
+HTTP is uvicorn's. The base class's methods are called directly, not through `super()`:
+this is on every request.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import asyncio
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
 
 from ..settings import DEFAULT_READ_TIMEOUT
+from .writes import StepWrites
 
 
 class GuardedProtocol(Base):
@@ -44,15 +46,23 @@ class GuardedProtocol(Base):
     read_timeout: float = DEFAULT_READ_TIMEOUT
     _began: float | None = None  # when the unfinished request (or stray bytes) began
     _deadline: asyncio.TimerHandle | None = None
+    _writes: StepWrites
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        Base.connection_made(self, transport)
+        self._writes = StepWrites(transport, self.loop)
+        Base.connection_made(self, self._writes)  # type: ignore[arg-type]
         self._begin()
 
     def data_received(self, data: bytes) -> None:
         if self._began is None:
             self._begin()
         Base.data_received(self, data)
+
+    def eof_received(self) -> None:
+        # The transport closes itself on return: what the step wrote (an answer to a
+        # client that shut its side once its request was sent) goes first.
+        self._writes.flush()
+        Base.eof_received(self)
 
     def on_message_begin(self) -> None:
         Base.on_message_begin(self)

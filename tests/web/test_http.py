@@ -266,6 +266,23 @@ def test_connection_close_is_answered_then_closed() -> None:
     assert app.replayer.stats.requests == 2
 
 
+def test_a_client_that_shuts_its_side_once_its_request_is_sent_gets_the_answer() -> None:
+    """The end of the client's stream closes the connection, but only once what was
+    written for it has left (answers wait for the end of their loop step to leave)."""
+    def shut_after(port: int) -> list[bytes]:
+        answers = []
+        for request in (REQUESTS[0], REQUESTS[1], get("/health")) * 5:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(request)
+                s.shutdown(socket.SHUT_WR)
+                answers.append(normal(read_response(s.makefile("rb"))))
+        return answers
+
+    answers, app = served(shut_after)
+    assert [status_of(a) for a in answers] == [200] * 15
+    assert app.replayer.stats.requests == app.replayer.stats.answered == 10
+
+
 def test_expect_100_continue_and_http_1_0() -> None:
     expecting = post(CHAT, chat("2+2?"), "expect: 100-continue")
     answers, _ = served(lambda port: one_by_one(port, [expecting]))
