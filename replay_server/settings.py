@@ -77,9 +77,10 @@ class Settings:
         None, "Which models may go to --upstream: shell-style patterns, comma-separated "
         "(default: any model the saved runs do not have).", metavar="PATTERN[,PATTERN...]")
     upstream_api_key: str | None = _setting(
-        None, "Sent to --upstream as `Authorization: Bearer KEY` when the client sends no key "
-        "or a stand-in (`replay`, `replay-server`, this server's --api-key); never written "
-        "down nor logged. Prefer the environment variable.", secret=True, metavar="KEY")
+        None, "The key --upstream gets, in the form its API reads (OpenAI's: `Authorization: "
+        "Bearer KEY`; Anthropic's: `x-api-key: KEY`). No key a client sends goes upstream, "
+        "in any header or query parameter; without this, none does. Never written down "
+        "nor logged. Prefer the environment variable.", secret=True, metavar="KEY")
 
     def __post_init__(self) -> None:
         if self.api_key is not None and not self.api_key.strip():

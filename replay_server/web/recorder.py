@@ -40,9 +40,12 @@ and saves each exchange.
 
 `record` puts it in front of everything; `serve`/`run --upstream` send it only the
 requests for a model the saved runs lack (`web.upstream`), through the same `exchange`,
-each with a hook that hears the exchange's outcome. There, a client's stand-in key (none,
-`replay`, the replay server's own key) is replaced by the upstream's (`--upstream-api-key`),
-and the replay server's own key is never sent on.
+each with a hook that hears the exchange's outcome. The keys differ (`pass_keys`):
+`record` stands in for the server its client means to call, so the client's own
+credentials go on to it (that is how a paid API is recorded); on the judge path the
+client's key is a stand-in or the replay server's own, so nothing that can carry a key
+(`credentials.key_like`: headers, query parameters) goes on, and the upstream gets
+`--upstream-api-key` alone, in the form its API reads (`Family.credential`).
 """
 
 from __future__ import annotations
@@ -74,17 +77,16 @@ from ..paths import (
 )
 from ..saved.record import batch_parts, dump_line, make_record, strip_transport
 from ..saved.writer import RecordWriter
-from ..wire.families import family_of
-from ..wire.family import Aggregator
+from ..wire.families import family_for, family_of
+from ..wire.family import Aggregator, Family
 from ..wire.sse import Frames, StreamError
+from .credentials import query_without_keys, without_keys
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 # Hears one exchange's outcome (`recorded`, `upstream_error`, `abandoned`, `aborted`,
 # `unrecordable`) and why, as the recorder counts it.
 Outcome = Callable[[str, str], None]
-# Keys that clients send because they must send one: never a credential for an upstream.
-STAND_IN_KEYS = frozenset({"", "replay", "replay-server", "EMPTY"})
 
 # Hop-by-hop and framing headers: recomputed per connection, never forwarded.
 _HOP = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "content-length",
@@ -128,15 +130,15 @@ def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
 
 
 class Recorder:
-    """`upstream_key` replaces a client's stand-in key (`STAND_IN_KEYS`, or `own_key`, the
-    key of the replay server in front); `own_key` is never sent upstream."""
+    """`pass_keys`: the client's credentials go upstream (`record`); else (the judge path)
+    none does, and the upstream gets `upstream_key`, if any, in its API's form."""
 
     def __init__(self, upstream: str, writer: RecordWriter, *, upstream_key: str | None = None,
-                 own_key: str | None = None) -> None:
+                 pass_keys: bool = True) -> None:
         self.upstream = upstream.rstrip("/").removesuffix("/v1")
         self.writer = writer
         self.upstream_key = upstream_key
-        self.own_key = own_key
+        self.pass_keys = pass_keys
         self.run = f"record-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.counts: Counter[str] = Counter()
         self._model: str | None = None  # the upstream's only model ("": several)
@@ -207,27 +209,27 @@ class Recorder:
                                    str(request.query_params), await request.body(),
                                    request.receive)
 
-    def headers(self, client: Mapping[str, str]) -> dict[str, str]:
-        """The headers sent upstream: the client's, less hop-by-hop ones, with the
-        credential the upstream gets (`authorization`)."""
+    def headers(self, client: Mapping[str, str], family: Family) -> dict[str, str]:
+        """The headers sent upstream: the client's, less hop-by-hop ones; on the judge path,
+        less every one that can carry a key, and with the upstream's key in the form its
+        API reads (`family`'s `credential`)."""
         headers = _forward_headers(client)
-        sent = None
-        for name in [k for k in headers if k.lower() == "authorization"]:
-            sent = headers.pop(name)
-        if (value := self.authorization(sent)) is not None:
-            headers["authorization"] = value
+        if not self.pass_keys:
+            headers = without_keys(headers)
+            if self.upstream_key is not None:
+                name, value = family.credential(self.upstream_key)
+                headers[name] = value
         headers["accept-encoding"] = "identity"
         return headers
 
-    def authorization(self, sent: str | None) -> str | None:
-        """The Authorization value for the upstream, given the client's (None: none)."""
-        token = sent.removeprefix("Bearer").strip() if sent is not None else ""
-        own = self.own_key is not None and token == self.own_key
-        if sent is not None and token not in STAND_IN_KEYS and not own:
-            return sent
-        if self.upstream_key is not None:
-            return f"Bearer {self.upstream_key}"
-        return None if own else sent
+    def _request(self, method: str, path: str, client_headers: Mapping[str, str],
+                 params: str, body: bytes, family: Family) -> httpx.Request:
+        """The request sent upstream (on the judge path, its query less every key-like
+        parameter)."""
+        if not self.pass_keys:
+            params = query_without_keys(params)
+        return self.client.build_request(method, path, content=body, params=params,
+                                         headers=self.headers(client_headers, family))
 
     async def exchange(self, method: str, path: str, client_headers: Mapping[str, str],
                        params: str, body: bytes, receive: Receive,
@@ -235,17 +237,17 @@ class Recorder:
         """Forward one request, whose body was read whole; a replay endpoint's answer that
         reaches the client whole is saved before its end goes out. `receive` tells when
         the client leaves; `hook` hears the outcome."""
-        headers = self.headers(client_headers)
+        raw = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+               for k, v in client_headers.items()]
+        family = family_for(path, raw)
         parsed = _json_object(body)
         if parsed is not None and path in ENDPOINTS:  # (its headers that are fields, saved)
-            parsed = family_of(path).with_headers(parsed, [
-                (k.lower().encode("latin-1"), v.encode("latin-1"))
-                for k, v in client_headers.items()])
+            parsed = family.with_headers(parsed, raw)
         gone = asyncio.Event()
         watcher = asyncio.create_task(_watch_disconnect(receive, gone))
         try:
-            reply = await _unless_gone(self.client.send(self.client.build_request(
-                method, path, content=body, headers=headers, params=params), stream=True), gone)
+            reply = await _unless_gone(self.client.send(self._request(
+                method, path, client_headers, params, body, family), stream=True), gone)
         except httpx.HTTPError as e:
             watcher.cancel()
             self.tally("upstream_error", f"unreachable: {type(e).__name__}: {e}", hook)

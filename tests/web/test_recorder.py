@@ -25,7 +25,7 @@ from replay_server.paths import CHAT_PATH
 from replay_server.saved.writer import RecordWriter
 from replay_server.web.recorder import Recorder, create_record_app
 from tests.fakemodel.server import create_app as fake_model
-from tests.support import free_port, running, serving, spawn, wait_for
+from tests.support import Counting, free_port, running, serving, spawn, wait_for
 
 pytestmark = pytest.mark.http
 MODEL = "tiny-model"
@@ -137,6 +137,25 @@ def test_upstream_errors_pass_through_unrecorded(recorder: tuple[str, Recorder],
     assert r.status_code == 400 and "messages" in r.text
     assert rec.counts["upstream_error"] == 1
     assert (tmp_path / "run.jsonl").read_bytes() == b""
+
+
+def test_record_passes_the_clients_own_key_on_and_never_saves_it(tmp_path: Path) -> None:
+    """`record` stands in for the server its client means to call: the client's key is its
+    own, for that server, and reaches it as sent (header or query); it is never saved."""
+    upstream = Counting(fake_model([MODEL]))
+    with running(upstream) as up:
+        rec = Recorder(up, RecordWriter(tmp_path / "run.jsonl"))
+        with running(create_record_app(rec)) as url, openai.OpenAI(
+                base_url=url, api_key="sk-real", default_headers={"x-api-key": "x-real"}
+                ) as client:
+            client.chat.completions.create(model=MODEL, messages=question(1),
+                                           extra_query={"key": "q-real"})
+        rec.writer.close()
+    (headers, query), = upstream.heard
+    assert ("authorization", "Bearer sk-real") in headers and ("x-api-key", "x-real") in headers
+    assert query == "key=q-real"
+    saved = (tmp_path / "run.jsonl").read_text()
+    assert saved.count("\n") == 1 and not any(k in saved for k in ("sk-real", "x-real", "q-real"))
 
 
 def test_models_are_forwarded(recorder: tuple[str, Recorder]) -> None:
