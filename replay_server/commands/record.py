@@ -9,7 +9,7 @@ from pathlib import Path
 from ..saved.writer import RecordWriter
 from ..settings import Settings
 from ..web.listen import bind, loaded, run_uvicorn, stop_signals
-from ..web.recorder import Recorder, create_record_app, probe
+from ..web.recorder import Recorder, create_record_app
 
 
 def record(upstream: str, out: Path, host: str, port: int, log_level: str,
@@ -31,7 +31,7 @@ def _record(upstream: str, out: Path, host: str, port: int, log_level: str,
     sock, base_url = bind(host, port)
     try:  # a SIGTERM from the ready line on still gets the summary
         say(f"replay-server record: forwarding to {recorder.upstream}, saving to {out}")
-        if (why := probe(recorder.upstream)) is not None:
+        if (why := recorder.probe()) is not None:
             # the model server may still be starting: the proxy serves all the same
             say(f"warning: cannot reach the upstream {recorder.upstream} ({why}); the "
                 "recorder keeps serving, and answers 502 until the upstream answers")

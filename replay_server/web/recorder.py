@@ -58,6 +58,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import orjson
@@ -80,7 +81,7 @@ from ..saved.writer import RecordWriter
 from ..wire.families import family_for, family_of
 from ..wire.family import Aggregator, Family
 from ..wire.sse import Frames, StreamError
-from .credentials import query_without_keys, without_keys
+from .credentials import query_without_keys, shown, without_keys
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -135,15 +136,21 @@ class Recorder:
 
     def __init__(self, upstream: str, writer: RecordWriter, *, upstream_key: str | None = None,
                  pass_keys: bool = True) -> None:
-        self.upstream = upstream.rstrip("/").removesuffix("/v1")
+        # The URL's credentials (userinfo, a `key=` parameter) reach the upstream with
+        # every request; `upstream`, the URL that is saved and printed, has none of them.
+        parts = urlsplit(upstream)
+        self._base = urlunsplit((parts.scheme, parts.netloc,
+                                 parts.path.rstrip("/").removesuffix("/v1"), "", ""))
+        self._params = parts.query
+        self.upstream = shown(self._base + (f"?{parts.query}" if parts.query else ""))
         self.writer = writer
         self.upstream_key = upstream_key
         self.pass_keys = pass_keys
         self.run = f"record-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.counts: Counter[str] = Counter()
         self._model: str | None = None  # the upstream's only model ("": several)
-        self.client = httpx.AsyncClient(base_url=self.upstream, timeout=httpx.Timeout(
-            None, connect=10.0))
+        self.client = httpx.AsyncClient(base_url=self._base, params=self._params,
+                                        timeout=httpx.Timeout(None, connect=10.0))
 
     def summary(self) -> str:
         c = self.counts
@@ -321,6 +328,15 @@ class Recorder:
         await asyncio.shield(self._save(path, request, response, texts, hook))
         return True
 
+    def probe(self, timeout: float = 5.0) -> str | None:
+        """Why the upstream cannot be reached, or None: `GET /v1/models` there, where any
+        answer at all (a 401 or a 404 too) says that a server listens."""
+        try:
+            httpx.get(f"{self._base}/v1/models", params=self._params, timeout=timeout)
+        except httpx.HTTPError as e:
+            return f"{type(e).__name__}: {e}"
+        return None
+
     async def close(self) -> None:
         await self.client.aclose()
 
@@ -441,14 +457,6 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def probe(upstream: str, timeout: float = 5.0) -> str | None:
-    """Why the upstream cannot be reached, or None: `GET /v1/models` there, where any
-    answer at all (a 401 or a 404 too) says that a server listens."""
-    try:
-        httpx.get(f"{upstream}/v1/models", timeout=timeout)
-    except httpx.HTTPError as e:
-        return f"{type(e).__name__}: {e}"
-    return None
 
 
 def _unreachable(upstream: str, error: Exception) -> Response:

@@ -13,6 +13,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from replay_server.commands.serve import open_run, upstream_of
+from replay_server.settings import Settings
 from tests.fakemodel.server import create_app as fake_model
 from tests.support import Counting, running, spawn
 
@@ -153,3 +155,14 @@ def test_an_anthropic_judge_under_run_gets_the_upstream_key_alone(tmp_path: Path
     assert keys == [("x-api-key", "sk-ant-judge")]
     assert not any("own-key" in v for _, v in headers) and query == ""
     assert "own-key" not in out.read_text() and "sk-ant-judge" not in out.read_text()
+
+
+def test_the_upstream_is_said_without_the_credentials_in_its_url(tmp_path: Path) -> None:
+    settings = Settings(upstream="http://user:pw-secret@127.0.0.1:9/v1?key=q-secret",
+                        out=str(tmp_path / "judge.jsonl"))
+    said: list[str] = []
+    with upstream_of(open_run([SAVED], settings), settings, said.append) as recorder:
+        assert recorder is not None
+    assert "go to http://127.0.0.1:9, saved to" in said[0]
+    assert "cannot reach the upstream http://127.0.0.1:9 (" in said[1]
+    assert not any("secret" in line for line in said), said

@@ -158,6 +158,27 @@ def test_record_passes_the_clients_own_key_on_and_never_saves_it(tmp_path: Path)
     assert saved.count("\n") == 1 and not any(k in saved for k in ("sk-real", "x-real", "q-real"))
 
 
+def test_credentials_in_the_upstream_url_are_used_and_never_saved(tmp_path: Path) -> None:
+    """`--upstream http://user:secret@host/v1?key=...`: the upstream gets them (basic auth,
+    the query), and the URL each record saves (and the recorder prints) has none."""
+    upstream = Counting(fake_model([MODEL]))
+    with running(upstream) as up:
+        host = up.removeprefix("http://").removesuffix("/v1")
+        rec = Recorder(f"http://user:pw-secret@{host}/v1?key=q-secret&api-version=2",
+                       RecordWriter(tmp_path / "run.jsonl"))
+        with running(create_record_app(rec)) as url, openai.OpenAI(base_url=url,
+                                                                  api_key="x") as client:
+            client.chat.completions.create(model=MODEL, messages=question(1))
+        rec.writer.close()
+    (headers, query), = upstream.heard
+    assert ("authorization", "Basic dXNlcjpwdy1zZWNyZXQ=") in headers  # user:pw-secret
+    assert query == "key=q-secret&api-version=2"
+    saved = (tmp_path / "run.jsonl").read_text()
+    assert orjson.loads(saved)["source"]["upstream"] == f"http://{host}?api-version=2"
+    assert rec.upstream == f"http://{host}?api-version=2"
+    assert not any(k in saved + rec.summary() for k in ("pw-secret", "q-secret"))
+
+
 def test_models_are_forwarded(recorder: tuple[str, Recorder]) -> None:
     with openai.OpenAI(base_url=recorder[0], api_key="x") as client:
         models = client.models.list()
@@ -320,13 +341,17 @@ def test_header_values_are_forwarded_without_surrounding_spaces(
 
 
 def test_an_unreachable_upstream_is_a_502_in_the_envelope(tmp_path: Path) -> None:
-    rec = Recorder(f"http://127.0.0.1:{free_port()}", RecordWriter(tmp_path / "run.jsonl"))
+    port = free_port()
+    rec = Recorder(f"http://user:pw-secret@127.0.0.1:{port}/v1?key=q-secret",
+                   RecordWriter(tmp_path / "run.jsonl"))
     with running(create_record_app(rec)) as url:
         r = httpx.post(url + "/chat/completions", json={"model": MODEL, "messages": question(1)})
     rec.writer.close()
     assert r.status_code == 502
     assert r.json()["error"]["type"] == "BadGatewayError" and r.json()["error"]["code"] == 502
     assert "x-should-retry" not in r.headers
+    assert f"the upstream server http://127.0.0.1:{port}:" in r.json()["error"]["message"]
+    assert "secret" not in r.text
 
 
 @pytest.mark.slow
