@@ -32,7 +32,9 @@ and saves each exchange.
   is cancelled; it is counted as abandoned. A harness that then retries gets its retry
   recorded, not an answer it never saw.
 - Upstream errors, streams that fail, and answers that do not parse or cannot be
-  aggregated pass through untouched and are only counted.
+  aggregated pass through untouched and are only counted. The recorder's own errors (an
+  upstream it cannot reach: 502, which a retry can cure; a failed write: 500) are in the
+  envelope of the request's API family, as the replay server's are.
 - The upstream is asked for an uncompressed answer, and whatever encoding it uses anyway
   is decoded before the client sees it.
 - Each recorder process is one run (`source.run`): records of two recording sessions
@@ -78,7 +80,7 @@ from ..paths import (
 )
 from ..saved.record import batch_parts, dump_line, make_record, strip_transport
 from ..saved.writer import RecordWriter
-from ..wire.families import family_for, family_of
+from ..wire.families import error_body_of, family_for, family_of
 from ..wire.family import Aggregator, Family
 from ..wire.sse import Frames, StreamError
 from .credentials import query_without_keys, shown, without_keys
@@ -88,6 +90,7 @@ T = TypeVar("T")
 # Hears one exchange's outcome (`recorded`, `upstream_error`, `abandoned`, `aborted`,
 # `unrecordable`) and why, as the recorder counts it.
 Outcome = Callable[[str, str], None]
+Envelope = Callable[[errors.ReplayServerError], dict[str, Any]]  # (a family's error body)
 
 # Hop-by-hop and framing headers: recomputed per connection, never forwarded.
 _HOP = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "content-length",
@@ -258,7 +261,7 @@ class Recorder:
         except httpx.HTTPError as e:
             watcher.cancel()
             self.tally("upstream_error", f"unreachable: {type(e).__name__}: {e}", hook)
-            return _unreachable(self.upstream, e)
+            return _unreachable(self.upstream, e, family.error_body)
         if reply is None:
             watcher.cancel()
             return self._abandoned(path, hook)
@@ -277,7 +280,7 @@ class Recorder:
         except httpx.HTTPError as e:
             watcher.cancel()
             self.tally("upstream_error", f"broken answer: {type(e).__name__}: {e}", hook)
-            return _unreachable(self.upstream, e)
+            return _unreachable(self.upstream, e, family.error_body)
         finally:
             await reply.aclose()
         watcher.cancel()
@@ -459,13 +462,28 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
 
 
 
-def _unreachable(upstream: str, error: Exception) -> Response:
-    """502 in the OpenAI envelope. Unlike a replay error, retrying this can succeed, so it
-    does not say `x-should-retry: false`."""
-    unreachable = errors.BadGateway(f"the recorder could not reach the upstream server "
-                                    f"{upstream}: {type(error).__name__}: {error}")
-    return Response(orjson.dumps(unreachable.body()), unreachable.status,
-                    media_type="application/json")
+def _error_response(error: errors.ReplayServerError, envelope: Envelope) -> Response:
+    """The recorder's own error, rendered as every error is (`errors.render`), in the
+    envelope of the request's API family."""
+    status, headers, body = errors.render(error, envelope)
+    return Response(body, status, {k.decode(): v.decode() for k, v in headers
+                                   if k != b"content-length"})
+
+
+def _unreachable(upstream: str, error: Exception, envelope: Envelope) -> Response:
+    """502 in the request's family's envelope. Unlike a replay error, retrying this can
+    succeed, so it does not say `x-should-retry: false` (`BadGateway.retryable`)."""
+    return _error_response(errors.BadGateway(
+        f"the recorder could not reach the upstream server {upstream}: "
+        f"{type(error).__name__}: {error}"), envelope)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    """The recorder's own failure (a full disk), in the request's family's envelope
+    (uvicorn logs the traceback)."""
+    error = errors.ReplayServerError(f"internal error in the replay-server recorder: "
+                                     f"{type(exc).__name__}: {exc}; see its log")
+    return _error_response(error, error_body_of(request.url.path, request.scope["headers"]))
 
 
 def create_record_app(recorder: Recorder) -> FastAPI:
@@ -476,6 +494,7 @@ def create_record_app(recorder: Recorder) -> FastAPI:
 
     app = FastAPI(title="replay-server recorder", version=__version__, lifespan=lifespan)
     app.state.recorder = recorder
+    app.add_exception_handler(Exception, _unexpected)
 
     async def forward(request: Request) -> Response:
         return await recorder.forward(request)

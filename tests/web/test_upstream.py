@@ -29,6 +29,7 @@ from tests.support import (
     assert_error,
     chat_record,
     chat_response,
+    free_port,
     running,
     write_jsonl,
 )
@@ -249,3 +250,20 @@ def test_upstream_settings_that_cannot_work_are_refused(settings: dict[str, Any]
 def test_the_upstream_key_is_not_in_the_settings_repr() -> None:
     assert "sk-secret" not in repr(Settings(upstream="http://x", out="o",
                                             upstream_api_key="sk-secret"))
+
+
+def test_an_unreachable_anthropic_judge_is_a_502_in_anthropics_envelope(
+        saved: Path, tmp_path: Path) -> None:
+    with replaying([saved], upstream=f"http://127.0.0.1:{free_port()}",
+                   out=str(tmp_path / "judge.jsonl")) as (client, _), anthropic.Anthropic(
+            base_url=str(client.base_url).removesuffix("/v1/"), api_key="replay",
+            max_retries=0) as claude:
+        with pytest.raises(anthropic.InternalServerError) as unreachable:
+            claude.messages.create(model=JUDGE, max_tokens=10, messages=[
+                {"role": "user", "content": GRADE}])
+    assert unreachable.value.status_code == 502
+    assert "x-should-retry" not in unreachable.value.response.headers
+    error = unreachable.value.body
+    assert isinstance(error, dict) and error["type"] == "error"
+    assert error["error"]["type"] == "api_error"
+    assert "could not reach the upstream server" in error["error"]["message"]
