@@ -11,7 +11,8 @@ and saves each exchange.
   `GET /tokenizer_info`: deterministic, so a replay answers them from the recording), one
   that names no model saved under the upstream's only model (`GET /v1/models`; one to a
   server of several models is not saved); and each model's entry of `GET /v1/models`
-  (its `max_model_len`, which the replay's list then gives); every other path and method
+  (its `max_model_len`, which the replay's list then gives), once a recording and again
+  when it changes; every other path and method
   (embeddings, files, `GET /v1/responses/{id}`, a path the upstream does not have, ...) is
   forwarded untouched and not saved: the client gets the upstream's own status and body.
 - A stream passes through chunk by chunk as it arrives, while its family's aggregator
@@ -152,6 +153,7 @@ class Recorder:
         self.run = f"record-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.counts: Counter[str] = Counter()
         self._model: str | None = None  # the upstream's only model ("": several)
+        self._listed: dict[str, bytes] = {}  # each model's entry saved last (`_identity`)
         self.client = httpx.AsyncClient(base_url=self._base, params=self._params,
                                         timeout=httpx.Timeout(None, connect=10.0))
 
@@ -183,14 +185,21 @@ class Recorder:
 
     async def _save_models(self, answer: dict[str, Any], hook: Outcome | None) -> None:
         """`GET /v1/models`: each model's entry (what it says of `max_model_len`), as a
-        record of that model; an answer of another shape is forwarded, not saved."""
+        record of that model, once, and again when it changes (a readiness probe polls
+        the list: a line a poll would grow the file without end); an answer of another
+        shape is forwarded, not saved."""
         listed = answer.get("data")
         entries = [e for e in listed if isinstance(e, dict) and isinstance(e.get("id"), str)
                    and e["id"]] if isinstance(listed, list) else []
         if not entries:
             self.tally("unrecordable", "the model list has no model entries", hook)
             return
-        for entry in entries:
+        changed = [e for e in entries if self._listed.get(e["id"]) != _identity(e)]
+        for entry in changed:  # (marked before the first await: polls run concurrently)
+            self._listed[entry["id"]] = _identity(entry)
+        if not changed:
+            self.tally("forwarded", "", hook)
+        for entry in changed:
             await self._save(MODELS_PATH, {}, entry)
 
     async def _save(self, path: str, request: dict[str, Any], response: dict[str, Any],
@@ -450,6 +459,19 @@ async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
     gone.set()
+
+
+# What a model list entry says of the time of its answer, not of the model: vLLM stamps
+# `created` with the time of each request, and gives each answer a fresh `permission` (a
+# new id and time).
+_ANSWER_TIME = ("created", "permission")
+
+
+def _identity(entry: dict[str, Any]) -> bytes:
+    """What a model's entry says of the model: equal for two answers of one unchanged
+    model."""
+    return orjson.dumps({k: v for k, v in entry.items() if k not in _ANSWER_TIME},
+                        option=orjson.OPT_SORT_KEYS)
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:

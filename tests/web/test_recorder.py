@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import itertools
 import signal
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -17,7 +18,7 @@ import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from replay_server.index.loading import load
@@ -183,6 +184,40 @@ def test_models_are_forwarded(recorder: tuple[str, Recorder]) -> None:
     with openai.OpenAI(base_url=recorder[0], api_key="x") as client:
         models = client.models.list()
     assert [m.id for m in models.data] == [MODEL]
+
+
+def vllm_models(lengths: list[int]) -> Starlette:
+    """An upstream whose `/v1/models` answers as vLLM's does: `created` the time of the
+    answer and a fresh permission each time; the n-th answer's `max_model_len` is
+    `lengths[n]`."""
+    calls = itertools.count()
+
+    async def models(request: Request) -> JSONResponse:
+        n = next(calls)
+        return JSONResponse({"object": "list", "data": [{
+            "id": MODEL, "object": "model", "created": 1000 + n, "owned_by": "vllm",
+            "root": MODEL, "parent": None, "max_model_len": lengths[n],
+            "permission": [{"id": f"modelperm-{n}", "object": "model_permission",
+                            "created": 1000 + n}]}]})
+
+    return Starlette(routes=[Route("/v1/models", models)])
+
+
+def test_a_polled_model_list_saves_each_entry_once_and_again_when_it_changes(
+        tmp_path: Path) -> None:
+    """A readiness probe polls `/v1/models`: a model's entry is saved once, and again only
+    when what it says of the model changes (not its answer's time)."""
+    out = tmp_path / "run.jsonl"
+    with running(vllm_models([4096, 4096, 4096, 8192, 8192])) as up:
+        rec = Recorder(up, RecordWriter(out))
+        with running(create_record_app(rec)) as url:
+            for _ in range(5):
+                assert httpx.get(url + "/models").json()["data"][0]["id"] == MODEL
+        rec.writer.close()
+    saved = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert [(r["model"], r["response"]["max_model_len"]) for r in saved] == [
+        (MODEL, 4096), (MODEL, 8192)]
+    assert (rec.counts["recorded"], rec.counts["forwarded"]) == (2, 3)
 
 
 @pytest.mark.slow
