@@ -349,6 +349,17 @@ class Recorder:
             return f"{type(e).__name__}: {e}"
         return None
 
+    def serves(self, path: str, timeout: float = 5.0) -> bool | None:
+        """Whether the upstream has the endpoint `path` (None: it cannot be reached): a POST
+        of `{}`, a request no server generates for, answered with anything but 404 or 405
+        (a 400 or a 401 says the route is there)."""
+        try:
+            reply = httpx.post(f"{self._base}{path}", params=self._params, json={},
+                               timeout=timeout)
+        except httpx.HTTPError:
+            return None
+        return reply.status_code not in (404, 405)
+
     async def close(self) -> None:
         await self.client.aclose()
 

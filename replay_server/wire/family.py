@@ -113,6 +113,9 @@ class Family:
     """The header (lower case) and value that carry an API key to a server of the API
     (OpenAI's `Authorization: Bearer KEY`; Anthropic's `x-api-key: KEY`): how the judge
     path sends --upstream-api-key."""
+    client_variable: str = "OPENAI_BASE_URL"
+    """The environment variable the API's own SDK reads its server from (Anthropic's:
+    `ANTHROPIC_BASE_URL`), which `record` tells the user to set."""
 
     def with_headers(self, data: dict[str, Any], headers: Iterable[tuple[bytes, bytes]]
                      ) -> dict[str, Any]:

@@ -41,7 +41,7 @@ FAMILY = Family(
     aggregator=stream_in.MessagesStreamAggregator, aggregate=stream_in.aggregate,
     schema=TABLE.schema("messages", _SCHEMA_MESSAGES), error_body=error_body,
     error_schema=SCHEMA, headers=HEADERS, id_header=b"request-id", whole=True,
-    credential=_x_api_key,
+    credential=_x_api_key, client_variable="ANTHROPIC_BASE_URL",
 )
 
 COUNT_TOKENS = Family(
@@ -50,6 +50,6 @@ COUNT_TOKENS = Family(
     reply=encode, stream=_no_stream, aggregator=stream_in.MessagesStreamAggregator,
     aggregate=stream_in.aggregate, schema=COUNT_TABLE.schema("messages", _SCHEMA_MESSAGES),
     error_body=error_body, error_schema=SCHEMA, headers=HEADERS, id_header=b"request-id",
-    whole=True, credential=_x_api_key,
+    whole=True, credential=_x_api_key, client_variable="ANTHROPIC_BASE_URL",
 )
 ALSO = (COUNT_TOKENS,)
