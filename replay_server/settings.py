@@ -65,9 +65,11 @@ class Settings:
     log_level: str = _setting("info", "Log level: debug, info, warning or error.",
                               choices=("debug", "info", "warning", "error"))
     upstream: str | None = _setting(
-        None, "An OpenAI-compatible server (with or without /v1) that answers requests for "
-        "a model the saved runs do not have (a judge), as `record` forwards them; each "
-        "exchange delivered is appended to --out. A saved model is never forwarded.",
+        None, "An OpenAI- or Anthropic-compatible server (with or without /v1) that answers "
+        "requests for a model the saved runs do not have (a judge), as `record` forwards "
+        "them; each exchange delivered is appended to --out. A saved model is never "
+        "forwarded. Credentials in the URL (user:password@, key=) are used, never saved "
+        "nor printed.",
         metavar="URL")
     out: str | None = _setting(
         None, "The JSONL file that forwarded exchanges are appended to, as native records "
