@@ -183,7 +183,9 @@ def convert(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
 
 @main.command()
 @click.option("--upstream", required=True, envvar="REPLAY_SERVER_UPSTREAM", show_envvar=True,
-              help="Base URL of the OpenAI-compatible server to record (with or without /v1).")
+              help="Base URL of the server to record: OpenAI-compatible (vLLM, llama.cpp, "
+              "OpenAI; with or without /v1) or Anthropic's API (https://api.anthropic.com). "
+              "Credentials in it (user:password@, key=) are used, never saved nor printed.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="JSONL file the exchanges are appended to (created if missing).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
@@ -193,11 +195,15 @@ def convert(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
 def record(upstream: str, out: Path, host: str, port: int, log_level: str) -> None:
     """Record a run through a proxy: forward to UPSTREAM, save every exchange to OUT.
 
-    Point the harness at the printed URL. Each answered request is appended to OUT as a
-    replay-server record, on disk before the client sees the end of the answer (a stream:
-    once received whole, with or without `data: [DONE]`); upstream errors and broken
+    Point the harness at the printed URL, in the variable of each API the upstream
+    serves: OPENAI_BASE_URL (the /v1 URL) for OpenAI's clients, ANTHROPIC_BASE_URL (the
+    root, no /v1) for Anthropic's. The client keeps its own API key (OPENAI_API_KEY,
+    ANTHROPIC_API_KEY): it passes through to UPSTREAM and is never saved. Each answered
+    request is appended to OUT as a replay-server record, on disk before the client sees
+    the end of the answer (a stream: once received whole); upstream errors and broken
     streams pass through unrecorded. An upstream that cannot be reached at start is said
-    so; the proxy serves anyway (502 until it answers). `serve OUT` replays the run.
+    so; the proxy serves anyway (502 until it answers). Ctrl-C or SIGTERM stops it, and
+    it says what it saved. `serve OUT` replays the run.
     """
     from .commands import record as recording
 

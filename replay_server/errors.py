@@ -19,8 +19,10 @@
 
     LoadError                    a saved file cannot be read: FILE:LINE, field, reason
 
-Every error body is `{"error": {"message", "type", "param", "code"}}` and carries
-`x-should-retry: false`. A replay decision is never 408, 409, 429 or 5xx: openai-python and
+Every error body is `{"error": {"message", "type", "param", "code"}}` (or the envelope of
+the request's API family) and carries `x-should-retry: false`, but for the one error a
+retry can cure (`retryable`: the recorder's 502 for an upstream it could not reach). A
+replay decision is never 408, 409, 429 or 5xx: openai-python and
 inspect_ai retry those, and a retried miss only hides the miss. It is 400, as OpenAI and
 vLLM answer an invalid request: litellm treats 422 as "unsupported parameter" (with
 `drop_params` it drops parameters, resends, and returns None).
@@ -74,6 +76,7 @@ class ReplayServerError(Exception):
     status: int = 500
     type: str = "InternalServerError"
     code: str | int | None = None
+    retryable: bool = False  # (True: sent without `x-should-retry: false`)
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
@@ -152,6 +155,7 @@ class BadGateway(ReplayServerError):
 
     status = 502
     type = "BadGatewayError"
+    retryable = True
 
 
 class ReplayError(ReplayServerError):
@@ -202,9 +206,8 @@ def render(error: ReplayServerError,
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
-        NO_RETRY_HEADER,
     ]
-    return error.status, headers, body
+    return error.status, headers if error.retryable else [*headers, NO_RETRY_HEADER], body
 
 
 def where_of(file: object, line: object = None, instance: object = None) -> str:

@@ -65,9 +65,11 @@ class Settings:
     log_level: str = _setting("info", "Log level: debug, info, warning or error.",
                               choices=("debug", "info", "warning", "error"))
     upstream: str | None = _setting(
-        None, "An OpenAI-compatible server (with or without /v1) that answers requests for "
-        "a model the saved runs do not have (a judge), as `record` forwards them; each "
-        "exchange delivered is appended to --out. A saved model is never forwarded.",
+        None, "An OpenAI- or Anthropic-compatible server (with or without /v1) that answers "
+        "requests for a model the saved runs do not have (a judge), as `record` forwards "
+        "them; each exchange delivered is appended to --out. A saved model is never "
+        "forwarded. Credentials in the URL (user:password@, key=) are used, never saved "
+        "nor printed.",
         metavar="URL")
     out: str | None = _setting(
         None, "The JSONL file that forwarded exchanges are appended to, as native records "
@@ -77,9 +79,10 @@ class Settings:
         None, "Which models may go to --upstream: shell-style patterns, comma-separated "
         "(default: any model the saved runs do not have).", metavar="PATTERN[,PATTERN...]")
     upstream_api_key: str | None = _setting(
-        None, "Sent to --upstream as `Authorization: Bearer KEY` when the client sends no key "
-        "or a stand-in (`replay`, `replay-server`, this server's --api-key); never written "
-        "down nor logged. Prefer the environment variable.", secret=True, metavar="KEY")
+        None, "The key --upstream gets, in the form its API reads (OpenAI's: `Authorization: "
+        "Bearer KEY`; Anthropic's: `x-api-key: KEY`). No key a client sends goes upstream, "
+        "in any header or query parameter; without this, none does. Never written down "
+        "nor logged. Prefer the environment variable.", secret=True, metavar="KEY")
 
     def __post_init__(self) -> None:
         if self.api_key is not None and not self.api_key.strip():

@@ -169,15 +169,21 @@ def free_port() -> int:
 
 
 class Counting:
-    """Counts the requests that reach the server, to prove clients did not retry."""
+    """Counts the requests that reach the server, to prove clients did not retry; and keeps
+    what each carried besides its body (`heard`: its headers, lower-case names, and its
+    query string), to prove what a proxy in front sent on."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.seen: list[str] = []
+        self.heard: list[tuple[list[tuple[str, str]], str]] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             self.seen.append(scope["path"])
+            self.heard.append(([(k.decode("latin-1"), v.decode("latin-1"))
+                                for k, v in scope["headers"]],
+                               scope["query_string"].decode("latin-1")))
         await self.app(scope, receive, send)
 
 

@@ -9,7 +9,9 @@ from pathlib import Path
 from ..saved.writer import RecordWriter
 from ..settings import Settings
 from ..web.listen import bind, loaded, run_uvicorn, stop_signals
-from ..web.recorder import Recorder, create_record_app, probe
+from ..web.recorder import Recorder, create_record_app
+from ..wire.families import FAMILIES
+from .base_urls import VARIABLES
 
 
 def record(upstream: str, out: Path, host: str, port: int, log_level: str,
@@ -31,14 +33,40 @@ def _record(upstream: str, out: Path, host: str, port: int, log_level: str,
     sock, base_url = bind(host, port)
     try:  # a SIGTERM from the ready line on still gets the summary
         say(f"replay-server record: forwarding to {recorder.upstream}, saving to {out}")
-        if (why := probe(recorder.upstream)) is not None:
+        if (why := recorder.probe()) is not None:
             # the model server may still be starting: the proxy serves all the same
             say(f"warning: cannot reach the upstream {recorder.upstream} ({why}); the "
                 "recorder keeps serving, and answers 502 until the upstream answers")
+        lines = hints(recorder, base_url)
         loaded()
         say(f"replay-server record: ready on {base_url}")
-        say(f"  export OPENAI_BASE_URL={base_url}")
+        for line in lines:
+            say(line)
         run_uvicorn(app, sock, Settings(log_level=log_level))
     finally:
         writer.close()
         say(recorder.summary())
+
+
+def hints(recorder: Recorder, base_url: str) -> list[str]:
+    """Where to point the clients of each API the upstream serves (`Recorder.serves`,
+    asked of one endpoint per client variable; every API's when it cannot say), in the
+    form each SDK reads (`base_urls.VARIABLES`: OpenAI's the /v1 URL `base_url`,
+    Anthropic's the root); where the key goes, and how to stop."""
+    first: dict[str, str] = {}  # client variable -> an endpoint of its API
+    for family in FAMILIES.values():
+        first.setdefault(family.client_variable, family.path)
+    served: set[str] = set()
+    for name, path in first.items():
+        answer = recorder.serves(path)
+        if answer is None:  # it cannot be reached (yet): it may serve any
+            served = set(first)
+            break
+        if answer:
+            served.add(name)
+    chosen = [v for v in VARIABLES if v.name in served]
+    keys = ", ".join(v.key for v in chosen if v.key is not None)
+    return [*(f"  export {v.name}={v.url(base_url)}" for v in chosen),
+            f"  # the client's own API key ({keys}) passes through to the upstream; it is "
+            "never saved",
+            "  # Ctrl-C (or SIGTERM) stops the recorder; it then says what it saved"]

@@ -24,7 +24,7 @@ from ..settings import Settings
 from ..web import workers
 from ..web.app import create_app
 from ..web.listen import bind, loaded, run_uvicorn, stop_signals
-from ..web.recorder import Recorder, probe
+from ..web.recorder import Recorder
 from ..web.upstream import recorder_for
 from ..wire.families import family_of
 
@@ -83,7 +83,7 @@ def upstream_of(opened: Opened, settings: Settings, say: Callable[[str], None]
         which = ", ".join(settings.upstream_patterns()) or "any"
         say(f"replay-server: requests for a model the saved runs lack ({which}) go to "
             f"{recorder.upstream}, saved to {settings.out}; saved models are only replayed")
-        if (why := probe(recorder.upstream)) is not None:
+        if (why := recorder.probe()) is not None:
             say(f"warning: cannot reach the upstream {recorder.upstream} ({why}); requests "
                 "for it get 502 until it answers")
         yield recorder

@@ -11,7 +11,8 @@ and saves each exchange.
   `GET /tokenizer_info`: deterministic, so a replay answers them from the recording), one
   that names no model saved under the upstream's only model (`GET /v1/models`; one to a
   server of several models is not saved); and each model's entry of `GET /v1/models`
-  (its `max_model_len`, which the replay's list then gives); every other path and method
+  (its `max_model_len`, which the replay's list then gives), once a recording and again
+  when it changes; every other path and method
   (embeddings, files, `GET /v1/responses/{id}`, a path the upstream does not have, ...) is
   forwarded untouched and not saved: the client gets the upstream's own status and body.
 - A stream passes through chunk by chunk as it arrives, while its family's aggregator
@@ -32,7 +33,9 @@ and saves each exchange.
   is cancelled; it is counted as abandoned. A harness that then retries gets its retry
   recorded, not an answer it never saw.
 - Upstream errors, streams that fail, and answers that do not parse or cannot be
-  aggregated pass through untouched and are only counted.
+  aggregated pass through untouched and are only counted. The recorder's own errors (an
+  upstream it cannot reach: 502, which a retry can cure; a failed write: 500) are in the
+  envelope of the request's API family, as the replay server's are.
 - The upstream is asked for an uncompressed answer, and whatever encoding it uses anyway
   is decoded before the client sees it.
 - Each recorder process is one run (`source.run`): records of two recording sessions
@@ -40,9 +43,12 @@ and saves each exchange.
 
 `record` puts it in front of everything; `serve`/`run --upstream` send it only the
 requests for a model the saved runs lack (`web.upstream`), through the same `exchange`,
-each with a hook that hears the exchange's outcome. There, a client's stand-in key (none,
-`replay`, the replay server's own key) is replaced by the upstream's (`--upstream-api-key`),
-and the replay server's own key is never sent on.
+each with a hook that hears the exchange's outcome. The keys differ (`pass_keys`):
+`record` stands in for the server its client means to call, so the client's own
+credentials go on to it (that is how a paid API is recorded); on the judge path the
+client's key is a stand-in or the replay server's own, so nothing that can carry a key
+(`credentials.key_like`: headers, query parameters) goes on, and the upstream gets
+`--upstream-api-key` alone, in the form its API reads (`Family.credential`).
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import orjson
@@ -74,17 +81,17 @@ from ..paths import (
 )
 from ..saved.record import batch_parts, dump_line, make_record, strip_transport
 from ..saved.writer import RecordWriter
-from ..wire.families import family_of
-from ..wire.family import Aggregator
+from ..wire.families import error_body_of, family_for, family_of
+from ..wire.family import Aggregator, Family
 from ..wire.sse import Frames, StreamError
+from .credentials import query_without_keys, shown, without_keys
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 # Hears one exchange's outcome (`recorded`, `upstream_error`, `abandoned`, `aborted`,
 # `unrecordable`) and why, as the recorder counts it.
 Outcome = Callable[[str, str], None]
-# Keys that clients send because they must send one: never a credential for an upstream.
-STAND_IN_KEYS = frozenset({"", "replay", "replay-server", "EMPTY"})
+Envelope = Callable[[errors.ReplayServerError], dict[str, Any]]  # (a family's error body)
 
 # Hop-by-hop and framing headers: recomputed per connection, never forwarded.
 _HOP = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "content-length",
@@ -128,20 +135,27 @@ def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
 
 
 class Recorder:
-    """`upstream_key` replaces a client's stand-in key (`STAND_IN_KEYS`, or `own_key`, the
-    key of the replay server in front); `own_key` is never sent upstream."""
+    """`pass_keys`: the client's credentials go upstream (`record`); else (the judge path)
+    none does, and the upstream gets `upstream_key`, if any, in its API's form."""
 
     def __init__(self, upstream: str, writer: RecordWriter, *, upstream_key: str | None = None,
-                 own_key: str | None = None) -> None:
-        self.upstream = upstream.rstrip("/").removesuffix("/v1")
+                 pass_keys: bool = True) -> None:
+        # The URL's credentials (userinfo, a `key=` parameter) reach the upstream with
+        # every request; `upstream`, the URL that is saved and printed, has none of them.
+        parts = urlsplit(upstream)
+        self._base = urlunsplit((parts.scheme, parts.netloc,
+                                 parts.path.rstrip("/").removesuffix("/v1"), "", ""))
+        self._params = parts.query
+        self.upstream = shown(self._base + (f"?{parts.query}" if parts.query else ""))
         self.writer = writer
         self.upstream_key = upstream_key
-        self.own_key = own_key
+        self.pass_keys = pass_keys
         self.run = f"record-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.counts: Counter[str] = Counter()
         self._model: str | None = None  # the upstream's only model ("": several)
-        self.client = httpx.AsyncClient(base_url=self.upstream, timeout=httpx.Timeout(
-            None, connect=10.0))
+        self._listed: dict[str, bytes] = {}  # each model's entry saved last (`_identity`)
+        self.client = httpx.AsyncClient(base_url=self._base, params=self._params,
+                                        timeout=httpx.Timeout(None, connect=10.0))
 
     def summary(self) -> str:
         c = self.counts
@@ -171,14 +185,21 @@ class Recorder:
 
     async def _save_models(self, answer: dict[str, Any], hook: Outcome | None) -> None:
         """`GET /v1/models`: each model's entry (what it says of `max_model_len`), as a
-        record of that model; an answer of another shape is forwarded, not saved."""
+        record of that model, once, and again when it changes (a readiness probe polls
+        the list: a line a poll would grow the file without end); an answer of another
+        shape is forwarded, not saved."""
         listed = answer.get("data")
         entries = [e for e in listed if isinstance(e, dict) and isinstance(e.get("id"), str)
                    and e["id"]] if isinstance(listed, list) else []
         if not entries:
             self.tally("unrecordable", "the model list has no model entries", hook)
             return
-        for entry in entries:
+        changed = [e for e in entries if self._listed.get(e["id"]) != _identity(e)]
+        for entry in changed:  # (marked before the first await: polls run concurrently)
+            self._listed[entry["id"]] = _identity(entry)
+        if not changed:
+            self.tally("forwarded", "", hook)
+        for entry in changed:
             await self._save(MODELS_PATH, {}, entry)
 
     async def _save(self, path: str, request: dict[str, Any], response: dict[str, Any],
@@ -207,27 +228,27 @@ class Recorder:
                                    str(request.query_params), await request.body(),
                                    request.receive)
 
-    def headers(self, client: Mapping[str, str]) -> dict[str, str]:
-        """The headers sent upstream: the client's, less hop-by-hop ones, with the
-        credential the upstream gets (`authorization`)."""
+    def headers(self, client: Mapping[str, str], family: Family) -> dict[str, str]:
+        """The headers sent upstream: the client's, less hop-by-hop ones; on the judge path,
+        less every one that can carry a key, and with the upstream's key in the form its
+        API reads (`family`'s `credential`)."""
         headers = _forward_headers(client)
-        sent = None
-        for name in [k for k in headers if k.lower() == "authorization"]:
-            sent = headers.pop(name)
-        if (value := self.authorization(sent)) is not None:
-            headers["authorization"] = value
+        if not self.pass_keys:
+            headers = without_keys(headers)
+            if self.upstream_key is not None:
+                name, value = family.credential(self.upstream_key)
+                headers[name] = value
         headers["accept-encoding"] = "identity"
         return headers
 
-    def authorization(self, sent: str | None) -> str | None:
-        """The Authorization value for the upstream, given the client's (None: none)."""
-        token = sent.removeprefix("Bearer").strip() if sent is not None else ""
-        own = self.own_key is not None and token == self.own_key
-        if sent is not None and token not in STAND_IN_KEYS and not own:
-            return sent
-        if self.upstream_key is not None:
-            return f"Bearer {self.upstream_key}"
-        return None if own else sent
+    def _request(self, method: str, path: str, client_headers: Mapping[str, str],
+                 params: str, body: bytes, family: Family) -> httpx.Request:
+        """The request sent upstream (on the judge path, its query less every key-like
+        parameter)."""
+        if not self.pass_keys:
+            params = query_without_keys(params)
+        return self.client.build_request(method, path, content=body, params=params,
+                                         headers=self.headers(client_headers, family))
 
     async def exchange(self, method: str, path: str, client_headers: Mapping[str, str],
                        params: str, body: bytes, receive: Receive,
@@ -235,21 +256,21 @@ class Recorder:
         """Forward one request, whose body was read whole; a replay endpoint's answer that
         reaches the client whole is saved before its end goes out. `receive` tells when
         the client leaves; `hook` hears the outcome."""
-        headers = self.headers(client_headers)
+        raw = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+               for k, v in client_headers.items()]
+        family = family_for(path, raw)
         parsed = _json_object(body)
         if parsed is not None and path in ENDPOINTS:  # (its headers that are fields, saved)
-            parsed = family_of(path).with_headers(parsed, [
-                (k.lower().encode("latin-1"), v.encode("latin-1"))
-                for k, v in client_headers.items()])
+            parsed = family.with_headers(parsed, raw)
         gone = asyncio.Event()
         watcher = asyncio.create_task(_watch_disconnect(receive, gone))
         try:
-            reply = await _unless_gone(self.client.send(self.client.build_request(
-                method, path, content=body, headers=headers, params=params), stream=True), gone)
+            reply = await _unless_gone(self.client.send(self._request(
+                method, path, client_headers, params, body, family), stream=True), gone)
         except httpx.HTTPError as e:
             watcher.cancel()
             self.tally("upstream_error", f"unreachable: {type(e).__name__}: {e}", hook)
-            return _unreachable(self.upstream, e)
+            return _unreachable(self.upstream, e, family.error_body)
         if reply is None:
             watcher.cancel()
             return self._abandoned(path, hook)
@@ -268,7 +289,7 @@ class Recorder:
         except httpx.HTTPError as e:
             watcher.cancel()
             self.tally("upstream_error", f"broken answer: {type(e).__name__}: {e}", hook)
-            return _unreachable(self.upstream, e)
+            return _unreachable(self.upstream, e, family.error_body)
         finally:
             await reply.aclose()
         watcher.cancel()
@@ -318,6 +339,26 @@ class Recorder:
             log.warning("stream (%s) saved without its frames: they are not UTF-8", path)
         await asyncio.shield(self._save(path, request, response, texts, hook))
         return True
+
+    def probe(self, timeout: float = 5.0) -> str | None:
+        """Why the upstream cannot be reached, or None: `GET /v1/models` there, where any
+        answer at all (a 401 or a 404 too) says that a server listens."""
+        try:
+            httpx.get(f"{self._base}/v1/models", params=self._params, timeout=timeout)
+        except httpx.HTTPError as e:
+            return f"{type(e).__name__}: {e}"
+        return None
+
+    def serves(self, path: str, timeout: float = 5.0) -> bool | None:
+        """Whether the upstream has the endpoint `path` (None: it cannot be reached): a POST
+        of `{}`, a request no server generates for, answered with anything but 404 or 405
+        (a 400 or a 401 says the route is there)."""
+        try:
+            reply = httpx.post(f"{self._base}{path}", params=self._params, json={},
+                               timeout=timeout)
+        except httpx.HTTPError:
+            return None
+        return reply.status_code not in (404, 405)
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -431,6 +472,19 @@ async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
     gone.set()
 
 
+# What a model list entry says of the time of its answer, not of the model: vLLM stamps
+# `created` with the time of each request, and gives each answer a fresh `permission` (a
+# new id and time).
+_ANSWER_TIME = ("created", "permission")
+
+
+def _identity(entry: dict[str, Any]) -> bytes:
+    """What a model's entry says of the model: equal for two answers of one unchanged
+    model."""
+    return orjson.dumps({k: v for k, v in entry.items() if k not in _ANSWER_TIME},
+                        option=orjson.OPT_SORT_KEYS)
+
+
 def _json_object(body: bytes) -> dict[str, Any] | None:
     try:
         value = orjson.loads(body)
@@ -439,23 +493,30 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def probe(upstream: str, timeout: float = 5.0) -> str | None:
-    """Why the upstream cannot be reached, or None: `GET /v1/models` there, where any
-    answer at all (a 401 or a 404 too) says that a server listens."""
-    try:
-        httpx.get(f"{upstream}/v1/models", timeout=timeout)
-    except httpx.HTTPError as e:
-        return f"{type(e).__name__}: {e}"
-    return None
 
 
-def _unreachable(upstream: str, error: Exception) -> Response:
-    """502 in the OpenAI envelope. Unlike a replay error, retrying this can succeed, so it
-    does not say `x-should-retry: false`."""
-    unreachable = errors.BadGateway(f"the recorder could not reach the upstream server "
-                                    f"{upstream}: {type(error).__name__}: {error}")
-    return Response(orjson.dumps(unreachable.body()), unreachable.status,
-                    media_type="application/json")
+def _error_response(error: errors.ReplayServerError, envelope: Envelope) -> Response:
+    """The recorder's own error, rendered as every error is (`errors.render`), in the
+    envelope of the request's API family."""
+    status, headers, body = errors.render(error, envelope)
+    return Response(body, status, {k.decode(): v.decode() for k, v in headers
+                                   if k != b"content-length"})
+
+
+def _unreachable(upstream: str, error: Exception, envelope: Envelope) -> Response:
+    """502 in the request's family's envelope. Unlike a replay error, retrying this can
+    succeed, so it does not say `x-should-retry: false` (`BadGateway.retryable`)."""
+    return _error_response(errors.BadGateway(
+        f"the recorder could not reach the upstream server {upstream}: "
+        f"{type(error).__name__}: {error}"), envelope)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    """The recorder's own failure (a full disk), in the request's family's envelope
+    (uvicorn logs the traceback)."""
+    error = errors.ReplayServerError(f"internal error in the replay-server recorder: "
+                                     f"{type(exc).__name__}: {exc}; see its log")
+    return _error_response(error, error_body_of(request.url.path, request.scope["headers"]))
 
 
 def create_record_app(recorder: Recorder) -> FastAPI:
@@ -466,6 +527,7 @@ def create_record_app(recorder: Recorder) -> FastAPI:
 
     app = FastAPI(title="replay-server recorder", version=__version__, lifespan=lifespan)
     app.state.recorder = recorder
+    app.add_exception_handler(Exception, _unexpected)
 
     async def forward(request: Request) -> Response:
         return await recorder.forward(request)

@@ -30,7 +30,7 @@ def recorder_for(settings: Settings) -> Recorder | None:
     if settings.upstream is None or settings.out is None:
         return None
     return Recorder(settings.upstream, RecordWriter(Path(settings.out)),
-                    upstream_key=settings.upstream_api_key, own_key=settings.api_key)
+                    upstream_key=settings.upstream_api_key, pass_keys=False)
 
 
 class Upstream:

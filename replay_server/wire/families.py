@@ -54,12 +54,17 @@ def is_anthropic(headers: Iterable[tuple[bytes, bytes]]) -> bool:
     return any(name == b"anthropic-version" for name, _ in headers)
 
 
-def error_body_of(path: str, headers: Iterable[tuple[bytes, bytes]]
-                  ) -> Callable[[ReplayServerError], dict[str, Any]]:
-    """The error envelope of any request: its endpoint's family's (a wrong method too);
-    on any other path, Anthropic's for an Anthropic request (`is_anthropic`), else
-    OpenAI's."""
+def family_for(path: str, headers: Iterable[tuple[bytes, bytes]]) -> Family:
+    """The family of any request: its endpoint's; on any other path, Messages for an
+    Anthropic request (`is_anthropic`), else chat (OpenAI's)."""
     family = FAMILIES.get(path)
     if family is not None:
-        return family.error_body
-    return FAMILIES[MESSAGES_PATH if is_anthropic(headers) else CHAT_PATH].error_body
+        return family
+    return FAMILIES[MESSAGES_PATH if is_anthropic(headers) else CHAT_PATH]
+
+
+def error_body_of(path: str, headers: Iterable[tuple[bytes, bytes]]
+                  ) -> Callable[[ReplayServerError], dict[str, Any]]:
+    """The error envelope of any request: its family's (`family_for`; a wrong method on an
+    endpoint too)."""
+    return family_for(path, headers).error_body

@@ -51,6 +51,10 @@ def _openai_error(error: ReplayServerError) -> dict[str, Any]:
     return error.body()
 
 
+def _bearer(key: str) -> tuple[str, str]:
+    return "authorization", f"Bearer {key}"
+
+
 @dataclass(frozen=True)
 class Family:
     """One wire API, as the rest of the server uses it.
@@ -105,6 +109,13 @@ class Family:
     (None: the OpenAI envelope's)."""
     id_header: bytes | None = None
     """The response header that carries a request id (`request-id`), if the API sends one."""
+    credential: Callable[[str], tuple[str, str]] = _bearer
+    """The header (lower case) and value that carry an API key to a server of the API
+    (OpenAI's `Authorization: Bearer KEY`; Anthropic's `x-api-key: KEY`): how the judge
+    path sends --upstream-api-key."""
+    client_variable: str = "OPENAI_BASE_URL"
+    """The environment variable the API's own SDK reads its server from (Anthropic's:
+    `ANTHROPIC_BASE_URL`), which `record` tells the user to set."""
 
     def with_headers(self, data: dict[str, Any], headers: Iterable[tuple[bytes, bytes]]
                      ) -> dict[str, Any]:

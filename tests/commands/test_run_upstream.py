@@ -4,6 +4,7 @@ counted apart from the replay, and failing the run when it fails upstream."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,8 +13,10 @@ from pathlib import Path
 import openai
 import pytest
 
+from replay_server.commands.serve import open_run, upstream_of
+from replay_server.settings import Settings
 from tests.fakemodel.server import create_app as fake_model
-from tests.support import running, spawn
+from tests.support import Counting, running, spawn
 
 pytestmark = pytest.mark.http
 ROOT = Path(__file__).parents[2]
@@ -118,3 +121,48 @@ def test_serve_forwards_a_judge_and_says_what_it_saved(judge: str, tmp_path: Pat
     assert f"go to {judge.removesuffix('/v1')}, saved to {out}" in server.output
     assert f"upstream: recorded 1 exchanges (1 records) to {out}" in server.output
     assert json.loads(out.read_text())["model"] == JUDGE
+
+
+# An Anthropic harness under `run --api-key`: the anthropic SDK from the environment `run`
+# gives it, sending the key as anthropic SDKs before 2.x did (`X-Api-Key`) too.
+ASK_CLAUDE = """
+import os, anthropic
+client = anthropic.Anthropic(max_retries=0, default_headers={
+    "X-Api-Key": os.environ["ANTHROPIC_API_KEY"]})
+reply = client.messages.create(model="judge-model", max_tokens=100, messages=[
+    {"role": "user", "content": "What is 2 + 2?"}])
+print(reply.content[0].text)
+"""
+
+
+@pytest.mark.slow
+def test_an_anthropic_judge_under_run_gets_the_upstream_key_alone(tmp_path: Path) -> None:
+    upstream = Counting(fake_model([JUDGE]))
+    out = tmp_path / "judge.jsonl"
+    env = {**os.environ, "REPLAY_SERVER_UPSTREAM_API_KEY": "sk-ant-judge"}
+    with running(upstream) as url:
+        result = subprocess.run(
+            [sys.executable, "-m", "replay_server", "run", str(SAVED), "--api-key", "own-key",
+             "--upstream", url, "--out", str(out), "--allow-unused", "--log-level", "warning",
+             "--", sys.executable, "-c", ASK_CLAUDE], capture_output=True, text=True,
+            cwd=ROOT, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("The answer is")
+    # (the other request is the probe at start, `GET /v1/models`)
+    (headers, query), = [h for p, h in zip(upstream.seen, upstream.heard, strict=True)
+                         if p == "/v1/messages"]
+    keys = [(k, v) for k, v in headers if k in ("authorization", "x-api-key")]
+    assert keys == [("x-api-key", "sk-ant-judge")]
+    assert not any("own-key" in v for _, v in headers) and query == ""
+    assert "own-key" not in out.read_text() and "sk-ant-judge" not in out.read_text()
+
+
+def test_the_upstream_is_said_without_the_credentials_in_its_url(tmp_path: Path) -> None:
+    settings = Settings(upstream="http://user:pw-secret@127.0.0.1:9/v1?key=q-secret",
+                        out=str(tmp_path / "judge.jsonl"))
+    said: list[str] = []
+    with upstream_of(open_run([SAVED], settings), settings, said.append) as recorder:
+        assert recorder is not None
+    assert "go to http://127.0.0.1:9, saved to" in said[0]
+    assert "cannot reach the upstream http://127.0.0.1:9 (" in said[1]
+    assert not any("secret" in line for line in said), said

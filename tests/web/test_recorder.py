@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import itertools
 import signal
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -17,7 +18,7 @@ import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from replay_server.index.loading import load
@@ -25,7 +26,7 @@ from replay_server.paths import CHAT_PATH
 from replay_server.saved.writer import RecordWriter
 from replay_server.web.recorder import Recorder, create_record_app
 from tests.fakemodel.server import create_app as fake_model
-from tests.support import free_port, running, serving, spawn, wait_for
+from tests.support import Counting, free_port, running, serving, spawn, wait_for
 
 pytestmark = pytest.mark.http
 MODEL = "tiny-model"
@@ -139,10 +140,84 @@ def test_upstream_errors_pass_through_unrecorded(recorder: tuple[str, Recorder],
     assert (tmp_path / "run.jsonl").read_bytes() == b""
 
 
+def test_record_passes_the_clients_own_key_on_and_never_saves_it(tmp_path: Path) -> None:
+    """`record` stands in for the server its client means to call: the client's key is its
+    own, for that server, and reaches it as sent (header or query); it is never saved."""
+    upstream = Counting(fake_model([MODEL]))
+    with running(upstream) as up:
+        rec = Recorder(up, RecordWriter(tmp_path / "run.jsonl"))
+        with running(create_record_app(rec)) as url, openai.OpenAI(
+                base_url=url, api_key="sk-real", default_headers={"x-api-key": "x-real"}
+                ) as client:
+            client.chat.completions.create(model=MODEL, messages=question(1),
+                                           extra_query={"key": "q-real"})
+        rec.writer.close()
+    (headers, query), = upstream.heard
+    assert ("authorization", "Bearer sk-real") in headers and ("x-api-key", "x-real") in headers
+    assert query == "key=q-real"
+    saved = (tmp_path / "run.jsonl").read_text()
+    assert saved.count("\n") == 1 and not any(k in saved for k in ("sk-real", "x-real", "q-real"))
+
+
+def test_credentials_in_the_upstream_url_are_used_and_never_saved(tmp_path: Path) -> None:
+    """`--upstream http://user:secret@host/v1?key=...`: the upstream gets them (basic auth,
+    the query), and the URL each record saves (and the recorder prints) has none."""
+    upstream = Counting(fake_model([MODEL]))
+    with running(upstream) as up:
+        host = up.removeprefix("http://").removesuffix("/v1")
+        rec = Recorder(f"http://user:pw-secret@{host}/v1?key=q-secret&api-version=2",
+                       RecordWriter(tmp_path / "run.jsonl"))
+        with running(create_record_app(rec)) as url, openai.OpenAI(base_url=url,
+                                                                  api_key="x") as client:
+            client.chat.completions.create(model=MODEL, messages=question(1))
+        rec.writer.close()
+    (headers, query), = upstream.heard
+    assert ("authorization", "Basic dXNlcjpwdy1zZWNyZXQ=") in headers  # user:pw-secret
+    assert query == "key=q-secret&api-version=2"
+    saved = (tmp_path / "run.jsonl").read_text()
+    assert orjson.loads(saved)["source"]["upstream"] == f"http://{host}?api-version=2"
+    assert rec.upstream == f"http://{host}?api-version=2"
+    assert not any(k in saved + rec.summary() for k in ("pw-secret", "q-secret"))
+
+
 def test_models_are_forwarded(recorder: tuple[str, Recorder]) -> None:
     with openai.OpenAI(base_url=recorder[0], api_key="x") as client:
         models = client.models.list()
     assert [m.id for m in models.data] == [MODEL]
+
+
+def vllm_models(lengths: list[int]) -> Starlette:
+    """An upstream whose `/v1/models` answers as vLLM's does: `created` the time of the
+    answer and a fresh permission each time; the n-th answer's `max_model_len` is
+    `lengths[n]`."""
+    calls = itertools.count()
+
+    async def models(request: Request) -> JSONResponse:
+        n = next(calls)
+        return JSONResponse({"object": "list", "data": [{
+            "id": MODEL, "object": "model", "created": 1000 + n, "owned_by": "vllm",
+            "root": MODEL, "parent": None, "max_model_len": lengths[n],
+            "permission": [{"id": f"modelperm-{n}", "object": "model_permission",
+                            "created": 1000 + n}]}]})
+
+    return Starlette(routes=[Route("/v1/models", models)])
+
+
+def test_a_polled_model_list_saves_each_entry_once_and_again_when_it_changes(
+        tmp_path: Path) -> None:
+    """A readiness probe polls `/v1/models`: a model's entry is saved once, and again only
+    when what it says of the model changes (not its answer's time)."""
+    out = tmp_path / "run.jsonl"
+    with running(vllm_models([4096, 4096, 4096, 8192, 8192])) as up:
+        rec = Recorder(up, RecordWriter(out))
+        with running(create_record_app(rec)) as url:
+            for _ in range(5):
+                assert httpx.get(url + "/models").json()["data"][0]["id"] == MODEL
+        rec.writer.close()
+    saved = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert [(r["model"], r["response"]["max_model_len"]) for r in saved] == [
+        (MODEL, 4096), (MODEL, 8192)]
+    assert (rec.counts["recorded"], rec.counts["forwarded"]) == (2, 3)
 
 
 @pytest.mark.slow
@@ -301,13 +376,17 @@ def test_header_values_are_forwarded_without_surrounding_spaces(
 
 
 def test_an_unreachable_upstream_is_a_502_in_the_envelope(tmp_path: Path) -> None:
-    rec = Recorder(f"http://127.0.0.1:{free_port()}", RecordWriter(tmp_path / "run.jsonl"))
+    port = free_port()
+    rec = Recorder(f"http://user:pw-secret@127.0.0.1:{port}/v1?key=q-secret",
+                   RecordWriter(tmp_path / "run.jsonl"))
     with running(create_record_app(rec)) as url:
         r = httpx.post(url + "/chat/completions", json={"model": MODEL, "messages": question(1)})
     rec.writer.close()
     assert r.status_code == 502
     assert r.json()["error"]["type"] == "BadGatewayError" and r.json()["error"]["code"] == 502
     assert "x-should-retry" not in r.headers
+    assert f"the upstream server http://127.0.0.1:{port}:" in r.json()["error"]["message"]
+    assert "secret" not in r.text
 
 
 @pytest.mark.slow

@@ -5,9 +5,11 @@ streams saved with their frames and replayed byte for byte, count_tokens, the
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import anthropic
 import httpx
@@ -18,7 +20,7 @@ from replay_server.paths import COUNT_TOKENS_PATH, MESSAGES_PATH
 from replay_server.saved.writer import RecordWriter
 from replay_server.web.recorder import Recorder, create_record_app
 from tests.fakemodel.server import create_app as fake_model
-from tests.support import running, serving
+from tests.support import free_port, running, serving
 
 pytestmark = pytest.mark.http
 MODEL = "claude-fake"
@@ -97,3 +99,35 @@ def test_record_then_replay_gives_identical_messages(upstream: str, tmp_path: Pa
         # the beta header is part of the key: without it, that prompt is a miss
         with pytest.raises(anthropic.BadRequestError, match="replay_no_match"):
             client.messages.create(model=MODEL, max_tokens=100, messages=ask("What is 1 + 1?"))
+
+
+def test_the_recorders_own_errors_are_in_anthropics_envelope(tmp_path: Path) -> None:
+    """An unreachable upstream (502, retryable: no `x-should-retry: false`) and the
+    recorder's own failure (a full disk: 500) answer an Anthropic request in its envelope."""
+    recorder = Recorder(f"http://127.0.0.1:{free_port()}", RecordWriter(tmp_path / "c.jsonl"))
+    with running(create_record_app(recorder)) as url, anthropic.Anthropic(
+            base_url=url.removesuffix("/v1"), api_key="k", max_retries=0) as client:
+        with pytest.raises(anthropic.InternalServerError) as unreachable:
+            client.messages.create(model=MODEL, max_tokens=10, messages=ask("2 + 3?"))
+        listed = httpx.get(url + "/models", headers={"anthropic-version": "2023-06-01"})
+    recorder.writer.close()
+    assert unreachable.value.status_code == 502
+    assert "x-should-retry" not in unreachable.value.response.headers
+    for body in (unreachable.value.body, listed.json()):
+        assert body == {"type": "error", "error": {"type": "api_error", "message": ANY}}
+        assert "could not reach the upstream server" in body["error"]["message"]
+
+
+def test_a_recorder_that_cannot_save_answers_in_anthropics_envelope(upstream: str,
+                                                                    tmp_path: Path) -> None:
+    recorder = Recorder(upstream, RecordWriter(tmp_path / "c.jsonl"))
+    full = os.open("/dev/full", os.O_WRONLY)  # every write: ENOSPC, a full disk
+    os.dup2(full, recorder.writer.fd)
+    os.close(full)
+    with running(create_record_app(recorder)) as url:
+        reply = httpx.post(url + "/messages", headers={"x-api-key": "k"}, json={
+            "model": MODEL, "max_tokens": 10, "messages": ask("What is 2 + 3?")})
+    recorder.writer.close()
+    assert reply.status_code == 500 and reply.headers["x-should-retry"] == "false"
+    assert reply.json() == {"type": "error", "error": {"type": "api_error", "message": ANY}}
+    assert "OSError" in reply.json()["error"]["message"]

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -18,11 +19,20 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from replay_server.commands.serve import open_run
+from replay_server.paths import MESSAGES_PATH
 from replay_server.settings import Settings
 from replay_server.web.app import create_app
 from replay_server.web.upstream import recorder_for
 from tests.fakemodel.server import create_app as fake_model
-from tests.support import assert_error, chat_record, chat_response, running, write_jsonl
+from tests.support import (
+    Counting,
+    assert_error,
+    chat_record,
+    chat_response,
+    free_port,
+    running,
+    write_jsonl,
+)
 
 pytestmark = pytest.mark.http
 CANDIDATE = "test/model"
@@ -166,34 +176,63 @@ def test_an_upstream_error_passes_through_and_is_counted_not_saved(
     assert out.read_bytes() == b""
 
 
-class Keys:
-    """An upstream that keeps the Authorization header of each request it gets."""
-
-    def __init__(self) -> None:
-        self.seen: list[str | None] = []
-
-    async def chat(self, request: Request) -> Response:
-        self.seen.append(request.headers.get("authorization"))
-        return JSONResponse(chat_response("GRADE: C"))
+# What a client may send that carries a key: none of it is the upstream's to see.
+CLIENT_KEYS = {"api-key": "azure-secret", "x-goog-api-key": "goog-secret",
+               "x-api-key": "x-secret"}
 
 
-def test_the_upstream_key_replaces_a_stand_in_and_is_never_written(
-        saved: Path, tmp_path: Path) -> None:
-    keys = Keys()
+def credentials(upstream: Counting) -> list[list[tuple[str, str]]]:
+    """Per request the upstream got: the headers that can carry a key, and the query."""
+    carriers = {"authorization", "x-api-key", "api-key", "x-goog-api-key"}
+    return [[(k, v) for k, v in headers if k in carriers] + [("?", query)]
+            for headers, query in upstream.heard]
+
+
+@pytest.mark.parametrize("own_key, client_key, upstream_key, expected", [
+    (None, "replay", "sk-judge", [("authorization", "Bearer sk-judge")]),
+    (None, "sk-the-clients-own", "sk-judge", [("authorization", "Bearer sk-judge")]),
+    ("own-key", "own-key", "sk-judge", [("authorization", "Bearer sk-judge")]),
+    ("own-key", "own-key", None, []),
+    (None, "sk-the-clients-own", None, []),
+])
+def test_the_judge_gets_the_upstream_key_and_no_key_the_client_sent(
+        saved: Path, tmp_path: Path, own_key: str | None, client_key: str,
+        upstream_key: str | None, expected: list[tuple[str, str]]) -> None:
+    """Whatever key the client sends (a stand-in, its own, the replay server's), and in
+    whichever header or query parameter, the upstream gets --upstream-api-key or none."""
+    upstream = Counting(fake_model([JUDGE]))
     out = tmp_path / "judge.jsonl"
-    app = Starlette(routes=[Route("/v1/chat/completions", keys.chat, methods=["POST"])])
-    with running(app) as upstream:
-        with replaying([saved], upstream=upstream, out=str(out),
-                       upstream_api_key="sk-judge") as (client, _):
-            ask(client, JUDGE, GRADE)  # the stand-in key "replay"
-            ask(client.with_options(api_key="sk-the-clients-own"), JUDGE, GRADE)
-        with replaying([saved], upstream=upstream, out=str(out), api_key="own-key") \
-                as (client, _):
-            ask(client.with_options(api_key="own-key"), JUDGE, GRADE)
-    assert keys.seen == ["Bearer sk-judge", "Bearer sk-the-clients-own", None]
+    with running(upstream) as url, replaying(
+            [saved], upstream=url, out=str(out), api_key=own_key,
+            upstream_api_key=upstream_key) as (client, _):
+        asking = client.with_options(api_key=client_key, default_headers=CLIENT_KEYS)
+        ask(asking, JUDGE, GRADE, extra_query={"key": "q-secret", "api-version": "2"})
+    assert credentials(upstream) == [[*expected, ("?", "api-version=2")]]
     written = out.read_text()
-    assert written.count("\n") == 3
-    assert not any(k in written for k in ("sk-judge", "sk-the-clients-own", "own-key"))
+    assert written.count("\n") == 1
+    assert not any(k in written for k in ("sk-judge", "sk-the-clients-own", "own-key",
+                                          *CLIENT_KEYS.values(), "q-secret"))
+
+
+@pytest.mark.parametrize("headers", [{}, {"X-Api-Key": "own-key"}], ids=["sdk", "x-api-key"])
+def test_an_anthropic_judge_gets_the_upstream_key_as_x_api_key(
+        saved: Path, tmp_path: Path, headers: dict[str, str]) -> None:
+    """The anthropic SDK sends the replay server's own key (as `Authorization: Bearer`
+    today, as `X-Api-Key` before 2.x): the judge gets --upstream-api-key instead, as
+    Anthropic's API reads it (`x-api-key`), and nothing else that carries a key."""
+    upstream = Counting(fake_model([JUDGE]))
+    out = tmp_path / "judge.jsonl"
+    with running(upstream) as url, replaying(
+            [saved], upstream=url, out=str(out), api_key="own-key",
+            upstream_api_key="sk-ant-judge") as (client, _), anthropic.Anthropic(
+            base_url=str(client.base_url).removesuffix("/v1/"), api_key="own-key",
+            default_headers=headers, max_retries=0) as claude:
+        reply = claude.messages.create(model=JUDGE, max_tokens=100, messages=[
+            {"role": "user", "content": GRADE}])
+    assert reply.content[0].type == "text" and reply.content[0].text.endswith("GRADE: C")
+    assert credentials(upstream) == [[("x-api-key", "sk-ant-judge"), ("?", "")]]
+    assert json.loads(out.read_text())["endpoint"] == MESSAGES_PATH
+    assert "own-key" not in out.read_text() and "sk-ant-judge" not in out.read_text()
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -211,3 +250,20 @@ def test_upstream_settings_that_cannot_work_are_refused(settings: dict[str, Any]
 def test_the_upstream_key_is_not_in_the_settings_repr() -> None:
     assert "sk-secret" not in repr(Settings(upstream="http://x", out="o",
                                             upstream_api_key="sk-secret"))
+
+
+def test_an_unreachable_anthropic_judge_is_a_502_in_anthropics_envelope(
+        saved: Path, tmp_path: Path) -> None:
+    with replaying([saved], upstream=f"http://127.0.0.1:{free_port()}",
+                   out=str(tmp_path / "judge.jsonl")) as (client, _), anthropic.Anthropic(
+            base_url=str(client.base_url).removesuffix("/v1/"), api_key="replay",
+            max_retries=0) as claude:
+        with pytest.raises(anthropic.InternalServerError) as unreachable:
+            claude.messages.create(model=JUDGE, max_tokens=10, messages=[
+                {"role": "user", "content": GRADE}])
+    assert unreachable.value.status_code == 502
+    assert "x-should-retry" not in unreachable.value.response.headers
+    error = unreachable.value.body
+    assert isinstance(error, dict) and error["type"] == "error"
+    assert error["error"]["type"] == "api_error"
+    assert "could not reach the upstream server" in error["error"]["message"]

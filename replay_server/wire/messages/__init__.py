@@ -25,6 +25,12 @@ from .fields import COUNT_KIND, COUNT_TABLE, HEADERS, KIND, TABLE
 _SCHEMA_MESSAGES = {"messages": {"type": "array", "items": {"type": "object"}}}
 
 
+def _x_api_key(key: str) -> tuple[str, str]:
+    """Anthropic's API reads an API key from `x-api-key` (a Bearer token is an OAuth
+    token there, not a key)."""
+    return "x-api-key", key
+
+
 def _no_stream(selections: object, include_usage: bool) -> bytes:
     raise AssertionError("count_tokens does not stream: its check refuses `stream`")
 
@@ -35,6 +41,7 @@ FAMILY = Family(
     aggregator=stream_in.MessagesStreamAggregator, aggregate=stream_in.aggregate,
     schema=TABLE.schema("messages", _SCHEMA_MESSAGES), error_body=error_body,
     error_schema=SCHEMA, headers=HEADERS, id_header=b"request-id", whole=True,
+    credential=_x_api_key, client_variable="ANTHROPIC_BASE_URL",
 )
 
 COUNT_TOKENS = Family(
@@ -43,6 +50,6 @@ COUNT_TOKENS = Family(
     reply=encode, stream=_no_stream, aggregator=stream_in.MessagesStreamAggregator,
     aggregate=stream_in.aggregate, schema=COUNT_TABLE.schema("messages", _SCHEMA_MESSAGES),
     error_body=error_body, error_schema=SCHEMA, headers=HEADERS, id_header=b"request-id",
-    whole=True,
+    whole=True, credential=_x_api_key, client_variable="ANTHROPIC_BASE_URL",
 )
 ALSO = (COUNT_TOKENS,)
