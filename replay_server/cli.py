@@ -158,7 +158,7 @@ def inspect(paths: tuple[str, ...], skip_bad_lines: bool, as_json: bool,
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
               help="The native JSONL file to write (replaced whole, never half-written).")
 @click.option("--skip-bad-lines", is_flag=True,
               help="Leave out lines that cannot be read, and report them, instead of stopping.")
@@ -184,7 +184,7 @@ def convert(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
 @main.command()
 @click.option("--upstream", required=True, envvar="REPLAY_SERVER_UPSTREAM", show_envvar=True,
               help="Base URL of the OpenAI-compatible server to record (with or without /v1).")
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--out", required=True, type=click.Path(path_type=Path),
               help="JSONL file the exchanges are appended to (created if missing).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8001, show_default=True, help="Port (0 picks a free one).")
@@ -212,7 +212,7 @@ def record(upstream: str, out: Path, host: str, port: int, log_level: str) -> No
 
 @main.command("index")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
               help="The index file to write (replaced whole, never half-written).")
 @click.option("--skip-bad-lines", is_flag=True,
               help="Leave out lines that cannot be read, and report them, instead of stopping.")
@@ -248,7 +248,7 @@ def build_index(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
               show_default=True, help="identity: the harness's own instance ids (auto when "
               "both sides are one harness); report: through --report (auto otherwise).")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-@click.option("--html", "html_to", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--html", "html_to", type=click.Path(path_type=Path),
               help="Also write one self-contained HTML page: the table, a per-task chart, "
               "each flip's texts side by side.")
 @_tokenizer
@@ -298,7 +298,7 @@ class _CommandAfterDashes(click.Command):
               help="Stop COMMAND at the first request that gets no saved generation; the "
               "report then counts only requests that got an answer (hit or error), not "
               "those cut off in flight.")
-@click.option("--report", "report_to", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--report", "report_to", type=click.Path(path_type=Path),
               help="Write one JSON line per distinct request to this file: answered (from "
               "which saved records) or not (the error, the nearest saved prompt, and where "
               "it first differs, with both sides quoted). Never one of PATHS (exit 2, "

@@ -155,3 +155,50 @@ def test_commands_that_serve_nothing_start_without_the_web_stack(tmp_path: Path,
     imported = re.findall(r"^import time:.*\|\s*([\w.]+)$", done.stderr, re.M)
     assert "replay_server.cli" in imported
     assert not {m.split(".")[0] for m in imported} & {"fastapi", "starlette", "uvicorn", "httpx"}
+
+
+# Each command's output option, in a command line that would run for good if the output
+# were accepted (`{out}`: the path; `{ran}`: a file COMMAND creates, were it ever run).
+UPSTREAM = ["--upstream", "http://127.0.0.1:9/v1"]  # never reached: nothing listens there
+RAN = [sys.executable, "-c", "open({ran!r}, 'w')"]
+SCORED = str(ROOT / "tests/data/lm_eval/chat_repeats")
+OUTPUTS = {
+    "record --out": ["record", *UPSTREAM, "--port", "0", "--out", "{out}"],
+    "serve --out": ["serve", "examples/", "--port", "0", *UPSTREAM, "--out", "{out}"],
+    "convert -o": ["convert", "examples/", "-o", "{out}"],
+    "index -o": ["index", "examples/", "-o", "{out}"],
+    "run --report": ["run", "examples/", "--report", "{out}", "--", *RAN],
+    "run --out": ["run", "examples/", *UPSTREAM, "--out", "{out}", "--", *RAN],
+    "compare --html": ["compare", SCORED, SCORED, "--html", "{out}"],
+}
+# as root, write permission comes from a capability: the command runs without it
+UNPRIVILEGED = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", OUTPUTS)
+@pytest.mark.parametrize("case", ["no such directory", "a directory", "no permission"])
+def test_an_output_that_cannot_be_written_is_one_line_before_any_work(
+        tmp_path: Path, option: str, case: str) -> None:
+    """A bad output path is a bad option: one line naming the path and why, exit 2, before
+    anything is loaded (or COMMAND run), never an errno or a traceback."""
+    out = {"no such directory": tmp_path / "missing" / "out.jsonl", "a directory": tmp_path,
+           "no permission": tmp_path / "read-only" / "out.jsonl"}[case]
+    prefix: list[str] = []
+    if case == "no permission":
+        out.parent.mkdir(mode=0o555)
+        if os.geteuid() == 0:
+            if not shutil.which("setpriv"):
+                pytest.skip("as root, needs setpriv to run without write permission")
+            prefix = UNPRIVILEGED
+    ran = tmp_path / "ran"
+    argv = [a.format(out=out, ran=str(ran)) for a in OUTPUTS[option]]
+    done = subprocess.run([*prefix, *CLI, *argv], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60)
+    reason = {"no such directory": f"no such directory: {out.parent}",
+              "a directory": "it is a directory: name a file",
+              "no permission": f"no permission to write in {out.parent}"}[case]
+    flag = option.split()[1]
+    assert (done.returncode, done.stderr) == (
+        2, f"error: {out}: cannot write the {flag} file: {reason}\n"), done.stderr
+    assert not ran.exists() and done.stdout == ""

@@ -45,6 +45,7 @@ import orjson
 from ..errors import REPLAY_CODES
 from ..replay.replayer import Replayer
 from ..replay.stats import FORWARD_OUTCOMES, Failure
+from ..saved.writer import writable, written_whole
 from ..settings import Settings
 from ..web.app import create_app
 from ..web.listen import InThread
@@ -188,7 +189,7 @@ def grouped(failures: list[Failure]) -> list[str]:
 def write_report(path: Path, replayer: Replayer) -> int:
     """The per-request report (`run --report`), one JSON line per distinct request."""
     lines = replayer.stats.report_lines()
-    with path.open("wb") as f:
+    with written_whole(path) as tmp, tmp.open("wb") as f:
         for line in lines:
             f.write(orjson.dumps(line) + b"\n")
     return len(lines)
@@ -235,6 +236,8 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
     """Serve `paths`, run `command` against it, report; returns the exit status."""
     for name in base_url_vars:  # a bad name is a bad option: before anything is loaded
         base_urls.check_name(name)
+    if report_to is not None:
+        writable(report_to, "--report")
     opened = open_run(paths, settings)
     for line in opened.report:
         say(line)
