@@ -43,6 +43,8 @@ class Reader(Protocol):
     harness is adding a reader."""
 
     name: str
+    # the files `detect` claims, in a phrase: told to a user whose file no reader claims
+    expects: str
 
     def detect(self, path: Path, head: bytes) -> bool:
         """Whether this reader claims the file. `head` is its first line (capped)."""

@@ -59,6 +59,7 @@ class InspectAIReader:
     """inspect_ai logs (`.eval` zips and `.json`): one record per model call."""
 
     name = "inspect_ai"
+    expects = 'inspect_ai logs: .eval, or .json with "eval_id" and "run_id"'
 
     def detect(self, path: Path, head: bytes) -> bool:
         if path.suffix == ".eval":
