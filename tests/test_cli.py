@@ -16,8 +16,10 @@ from typing import Any
 
 import openai
 import pytest
+from click.testing import CliRunner
 
 from replay_server import errors
+from replay_server.cli import main
 from replay_server.commands.serve import open_run, snippet_lines
 from replay_server.settings import SETTINGS, Settings, flag, markdown_table
 from tests.support import CLI, ROOT, Spawned, docs_page, spawn, wait_for
@@ -161,7 +163,7 @@ def test_commands_that_serve_nothing_start_without_the_web_stack(tmp_path: Path,
 # were accepted (`{out}`: the path; `{ran}`: a file COMMAND creates, were it ever run).
 UPSTREAM = ["--upstream", "http://127.0.0.1:9/v1"]  # never reached: nothing listens there
 RAN = [sys.executable, "-c", "open({ran!r}, 'w')"]
-SCORED = str(ROOT / "tests/data/lm_eval/chat_repeats")
+SCORED = "tests/data/lm_eval/chat_repeats"
 OUTPUTS = {
     "record --out": ["record", *UPSTREAM, "--port", "0", "--out", "{out}"],
     "serve --out": ["serve", "examples/", "--port", "0", *UPSTREAM, "--out", "{out}"],
@@ -202,3 +204,63 @@ def test_an_output_that_cannot_be_written_is_one_line_before_any_work(
     assert (done.returncode, done.stderr) == (
         2, f"error: {out}: cannot write the {flag} file: {reason}\n"), done.stderr
     assert not ran.exists() and done.stdout == ""
+
+
+def exit_statuses(command: str) -> list[str]:
+    """The exit statuses `command --help` lists, in its order."""
+    help_text = CliRunner().invoke(main, [command, "--help"]).stdout
+    assert "Exit status, the first that applies:\n" in help_text, help_text
+    block = help_text.split("Exit status, the first that applies:\n", 1)[1]
+    return re.findall(r"^ +(\d+|COMMAND's own)\b", block, re.M)
+
+
+def test_every_command_s_help_ends_with_its_exit_statuses() -> None:
+    """In one form for every command; the command reference and the errors page are
+    generated from the same table."""
+    commands = [name for name, c in main.commands.items() if not c.hidden]
+    assert commands == ["serve", "inspect", "convert", "record", "index", "compare", "run"]
+    for name in commands:
+        statuses = exit_statuses(name)
+        assert statuses[-1] == "0" and "2" in statuses, (name, statuses)
+    assert exit_statuses("run") == ["2", "3", "6", "COMMAND's own", "5", "4", "0"]
+    reference, page = docs_page("reference/cli.md"), docs_page("errors.md")
+    for name in commands:
+        assert f"## `replay-server {name}`" in reference
+        assert f"| `{name}` |" in page
+
+
+def bad_run(tmp_path: Path) -> Path:
+    """A saved run whose second line is not JSON: 1 record, 1 bad line."""
+    path = tmp_path / "bad.jsonl"
+    path.write_text((ROOT / "examples/demo-run.jsonl").read_text().splitlines()[0] + "\n{\n")
+    return path
+
+
+LM_EVAL = ROOT / "tests/data/lm_eval"
+DIFFERENT = [str(next((LM_EVAL / case).glob("*/samples_*.jsonl")).relative_to(ROOT))
+             for case in ("completions_batch", "tokenized_gen")]
+# (argv, the status it ends with); {bad}: bad_run; {out}: a new file
+STATUSES = [
+    (["inspect", "examples/"], 0), (["inspect", "{bad}"], 2),
+    (["inspect", "{bad}", "--skip-bad-lines"], 1),
+    (["convert", "examples/", "-o", "{out}"], 0), (["convert", "{bad}", "-o", "{out}"], 2),
+    (["convert", "{bad}", "-o", "{out}", "--skip-bad-lines"], 1),
+    (["index", "examples/", "-o", "{out}"], 0), (["index", "{bad}", "-o", "{out}"], 2),
+    (["index", "{bad}", "-o", "{out}", "--skip-bad-lines"], 1),
+    (["compare", SCORED, SCORED], 0), (["compare", *DIFFERENT], 1),
+    (["compare", SCORED, "{bad}"], 2),
+    (["serve", "{bad}"], 2), (["record", *UPSTREAM, "--out", "{bad}/x"], 2),
+    (["run", "{bad}", "--", "true"], 2), (["run", "examples/", "--", "true"], 5),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("argv", "status"), STATUSES, ids=[" ".join(a) for a, _ in STATUSES])
+def test_each_status_a_command_ends_with_is_one_its_help_lists(
+        tmp_path: Path, argv: list[str], status: int) -> None:
+    """Each command run as users run it, to each of its outcomes (`run`'s others:
+    tests/commands/test_run.py; `serve` and `record` end with 0 when stopped)."""
+    args = [a.format(bad=bad_run(tmp_path), out=tmp_path / "out") for a in argv]
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == status, done.stderr
+    assert str(status) in exit_statuses(argv[0])

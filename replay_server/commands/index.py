@@ -9,6 +9,7 @@ from pathlib import Path
 from ..index import file as index_file
 from ..index.loading import load, report_lines
 from ..saved.writer import writable
+from .exits import DONE, SKIPPED
 
 
 def build_index(paths: Sequence[str | Path], output: Path, *, skip_bad_lines: bool,
@@ -22,4 +23,4 @@ def build_index(paths: Sequence[str | Path], output: Path, *, skip_bad_lines: bo
         say(line)
     prompts = index_file.write(loaded, output)
     say(f"wrote {output}: {prompts} prompts")
-    return 1 if loaded.ctx.bad_lines else 0
+    return SKIPPED if loaded.ctx.bad_lines else DONE

@@ -8,7 +8,7 @@ COMMAND ends the report says what was served, what got no saved generation and w
 (distinct requests, with how many attempts each), and which saved generations were never
 asked for.
 
-Exit status, the first that applies:
+Exit status, the first that applies (the codes, and what `--help` says of them: exits.py):
 - 2: the saved run cannot be loaded (a bad file, FILE:LINE), or a bad option: COMMAND
   never ran;
 - MISSED (3): a request got no saved generation: a replay error, or any other error
@@ -27,7 +27,7 @@ Exit status, the first that applies:
   environment);
 - UNUSED (4): saved samples were never asked for (unless --allow-unused: a deliberate
   subset);
-- 0.
+- DONE (0).
 """
 
 from __future__ import annotations
@@ -50,12 +50,9 @@ from ..settings import Settings
 from ..web.app import create_app
 from ..web.listen import InThread
 from . import base_urls
+from .exits import DONE, MISSED, NO_REQUESTS, UNUSED, UPSTREAM_FAILED
 from .serve import open_run, upstream_of
 
-MISSED = 3
-UNUSED = 4
-NO_REQUESTS = 5
-UPSTREAM_FAILED = 6
 GRACE_S = 10.0
 SHOWN = 20
 
@@ -223,7 +220,7 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool) -> tuple[int, str
                         "answered part of the run; --allow-unused accepts a deliberate "
                         "subset): failing")
     forwarded = sum(c["saved"] for c in stats.forwarded.values())
-    return 0, "every request was answered from the saved run" + (
+    return DONE, "every request was answered from the saved run" + (
         f" ({unused} saved sample(s) never asked for, allowed)" if unused else "") + (
         f" or by the upstream ({forwarded} exchange(s) saved)" if forwarded else "") + (
         f"; {unanswered} tokenizer call(s) went unanswered (no generation was affected: "
