@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -264,3 +265,27 @@ def test_each_status_a_command_ends_with_is_one_its_help_lists(
     done = subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == status, done.stderr
     assert str(status) in exit_statuses(argv[0])
+
+
+STOP = "replay-server: Ctrl-C stops the server (SIGINT; SIGTERM too)"
+
+
+@pytest.mark.slow
+def test_make_serve_says_how_to_stop_it_and_stops_on_ctrl_c() -> None:
+    """`make serve` as the README runs it (this venv, a free port), stopped as a terminal's
+    Ctrl-C stops it: SIGINT to its whole process group, make's and the server's."""
+    venv = sys.prefix  # installed: make is told not to install again
+    served = Spawned(["make", "-s", "-C", str(ROOT), "serve", "PORT=0", f"VENV={venv}",
+                      "-o", f"{venv}/.installed"], ROOT, None)
+    try:
+        assert served.ready.wait(60) and served.url, served.output
+        wait_for(lambda: STOP in served.output)
+    finally:
+        if served.proc.poll() is None:
+            os.killpg(served.proc.pid, signal.SIGINT)
+        served.wait()
+    after = served.output.split(f"ready on {served.url}\n", 1)[1]
+    assert after.index(STOP) > after.index("export OPENAI_BASE_URL")  # after the snippet
+    assert "replay-server: stopped" in served.output
+    set_up = README.split("## Set up\n", 1)[1].split("\n## ", 1)[0]
+    assert "Ctrl-C stops the server" in set_up

@@ -173,10 +173,11 @@ def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str],
 
 def _ready(opened: Opened, settings: Settings, say: Callable[[str], None]
            ) -> tuple[socket.socket, str]:
-    """The listening socket, once the ready line and the snippet are said."""
+    """The listening socket, once the ready line, the snippet and how to stop are said."""
     sock, base_url = bind(settings.host, settings.port)
     loaded()
     say(f"replay-server: ready on {base_url}")
     for line in snippet_lines(opened, base_url, openai_python()):
         say(line)
+    say("replay-server: Ctrl-C stops the server (SIGINT; SIGTERM too)")
     return sock, base_url
