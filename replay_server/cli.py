@@ -18,6 +18,7 @@ import click
 import orjson
 
 from . import __version__
+from .commands import exits
 from .commands import inspect as inspecting
 from .commands.convert import convert_paths
 from .commands.index import build_index as write_index
@@ -94,7 +95,7 @@ _tokenizer = click.option(
 
 def _fail(error: Exception) -> NoReturn:
     _say(f"error: {error}")
-    sys.exit(2)
+    sys.exit(exits.BAD)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -104,7 +105,7 @@ def main() -> None:
     that answers from saved runs, exactly, and fails loudly on anything it did not save."""
 
 
-@main.command()
+@main.command(epilog=exits.epilog("serve"))
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @settings_options()
 def serve(paths: tuple[str, ...], **options: Any) -> None:
@@ -129,7 +130,7 @@ def serve(paths: tuple[str, ...], **options: Any) -> None:
         _say("replay-server: stopped")
 
 
-@main.command()
+@main.command(epilog=exits.epilog("inspect"))
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--skip-bad-lines", is_flag=True,
               help="Report bad lines instead of stopping at the first one (exit status 1).")
@@ -141,8 +142,7 @@ def inspect(paths: tuple[str, ...], skip_bad_lines: bool, as_json: bool,
     """Show what `serve PATHS` would serve, without serving.
 
     Per source file and model: records loaded, rows skipped and why (with examples),
-    ambiguous and unusable prompts, samples per instance. Exits 2 on a bad saved file,
-    1 when --skip-bad-lines skipped some lines, else 0.
+    ambiguous and unusable prompts, samples per instance.
     """
     try:
         report = inspecting.inspect_paths(paths, skip_bad_lines=skip_bad_lines,
@@ -153,12 +153,12 @@ def inspect(paths: tuple[str, ...], skip_bad_lines: bool, as_json: bool,
         click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     else:
         click.echo("\n".join(inspecting.render(report)))
-    sys.exit(1 if report["bad_lines"] else 0)
+    sys.exit(exits.SKIPPED if report["bad_lines"] else exits.DONE)
 
 
-@main.command()
+@main.command(epilog=exits.epilog("convert"))
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
               help="The native JSONL file to write (replaced whole, never half-written).")
 @click.option("--skip-bad-lines", is_flag=True,
               help="Leave out lines that cannot be read, and report them, instead of stopping.")
@@ -178,15 +178,15 @@ def convert(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
     _say(f"wrote {count} records to {output}")
     for bad in ctx.bad_lines:
         _say(f"  bad line left out: {bad}")
-    sys.exit(1 if ctx.bad_lines else 0)
+    sys.exit(exits.SKIPPED if ctx.bad_lines else exits.DONE)
 
 
-@main.command()
+@main.command(epilog=exits.epilog("record"))
 @click.option("--upstream", required=True, envvar="REPLAY_SERVER_UPSTREAM", show_envvar=True,
               help="Base URL of the server to record: OpenAI-compatible (vLLM, llama.cpp, "
               "OpenAI; with or without /v1) or Anthropic's API (https://api.anthropic.com). "
               "Credentials in it (user:password@, key=) are used, never saved nor printed.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--out", required=True, type=click.Path(path_type=Path),
               help="JSONL file the exchanges are appended to (created if missing).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8001, show_default=True, help="Port (0 picks a free one).")
@@ -216,9 +216,9 @@ def record(upstream: str, out: Path, host: str, port: int, log_level: str) -> No
         pass
 
 
-@main.command("index")
+@main.command("index", epilog=exits.epilog("index"))
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
               help="The index file to write (replaced whole, never half-written).")
 @click.option("--skip-bad-lines", is_flag=True,
               help="Leave out lines that cannot be read, and report them, instead of stopping.")
@@ -239,7 +239,7 @@ def build_index(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
     sys.exit(code)
 
 
-@main.command("compare")
+@main.command("compare", epilog=exits.epilog("compare"))
 @click.argument("original", type=click.Path())
 @click.argument("rescored", type=click.Path())
 @click.option("--report", "report", type=click.Path(dir_okay=False, path_type=Path),
@@ -254,7 +254,7 @@ def build_index(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
               show_default=True, help="identity: the harness's own instance ids (auto when "
               "both sides are one harness); report: through --report (auto otherwise).")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-@click.option("--html", "html_to", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--html", "html_to", type=click.Path(path_type=Path),
               help="Also write one self-contained HTML page: the table, a per-task chart, "
               "each flip's texts side by side.")
 @_tokenizer
@@ -268,8 +268,7 @@ def compare(original: str, rescored: str, report: Path | None, metrics: tuple[st
     lighteval details and evalscope reviews (a file or a run's folder each). Prints, per
     task and metric, the pairs, how many agree, each flip (both values, FILE:LINE, what
     answered), and the exact McNemar p-value (0/1 metrics) or the mean paired difference
-    with a bootstrap interval. Exit status: 0 when every paired verdict agrees and nothing
-    is unpaired, 1 when some differ or are unpaired, 2 on bad input.
+    with a bootstrap interval.
     """
     from .commands import compare as comparing
 
@@ -293,7 +292,7 @@ class _CommandAfterDashes(click.Command):
         return super().parse_args(ctx, args)
 
 
-@main.command(cls=_CommandAfterDashes)
+@main.command(cls=_CommandAfterDashes, epilog=exits.epilog("run"))
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--allow-unused", is_flag=True,
               help="Pass even when saved samples were never asked for (a deliberate subset "
@@ -304,7 +303,7 @@ class _CommandAfterDashes(click.Command):
               help="Stop COMMAND at the first request that gets no saved generation; the "
               "report then counts only requests that got an answer (hit or error), not "
               "those cut off in flight.")
-@click.option("--report", "report_to", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--report", "report_to", type=click.Path(path_type=Path),
               help="Write one JSON line per distinct request to this file: answered (from "
               "which saved records) or not (the error, the nearest saved prompt, and where "
               "it first differs, with both sides quoted). Never one of PATHS (exit 2, "
@@ -333,16 +332,6 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
     report lists answers, each distinct request that got no saved generation (with its
     attempts, reason and nearest saved prompt), and saved generations never asked for. A
     POST /replay/reset starts the cursors over and forgets nothing the verdict counts.
-
-    \b
-    Exit status, the first that applies:
-      2  the saved run could not be loaded, or a bad option (COMMAND never ran)
-      3  a request got no saved generation (even if COMMAND failed too)
-      6  a request forwarded to --upstream got no answer to save
-      COMMAND's own status, if it failed
-      5  no request reached the server
-      4  saved samples were never asked for (unless --allow-unused)
-      0  every request answered, every saved sample asked for
     """
     command = ctx.meta.get("command") or []
     if not command:

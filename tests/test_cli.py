@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,8 +17,10 @@ from typing import Any
 
 import openai
 import pytest
+from click.testing import CliRunner
 
 from replay_server import errors
+from replay_server.cli import main
 from replay_server.commands.serve import open_run, snippet_lines
 from replay_server.settings import SETTINGS, Settings, flag, markdown_table
 from tests.support import CLI, ROOT, Spawned, docs_page, spawn, wait_for
@@ -155,3 +158,134 @@ def test_commands_that_serve_nothing_start_without_the_web_stack(tmp_path: Path,
     imported = re.findall(r"^import time:.*\|\s*([\w.]+)$", done.stderr, re.M)
     assert "replay_server.cli" in imported
     assert not {m.split(".")[0] for m in imported} & {"fastapi", "starlette", "uvicorn", "httpx"}
+
+
+# Each command's output option, in a command line that would run for good if the output
+# were accepted (`{out}`: the path; `{ran}`: a file COMMAND creates, were it ever run).
+UPSTREAM = ["--upstream", "http://127.0.0.1:9/v1"]  # never reached: nothing listens there
+RAN = [sys.executable, "-c", "open({ran!r}, 'w')"]
+SCORED = "tests/data/lm_eval/chat_repeats"
+OUTPUTS = {
+    "record --out": ["record", *UPSTREAM, "--port", "0", "--out", "{out}"],
+    "serve --out": ["serve", "examples/", "--port", "0", *UPSTREAM, "--out", "{out}"],
+    "convert -o": ["convert", "examples/", "-o", "{out}"],
+    "index -o": ["index", "examples/", "-o", "{out}"],
+    "run --report": ["run", "examples/", "--report", "{out}", "--", *RAN],
+    "run --out": ["run", "examples/", *UPSTREAM, "--out", "{out}", "--", *RAN],
+    "compare --html": ["compare", SCORED, SCORED, "--html", "{out}"],
+}
+# as root, write permission comes from a capability: the command runs without it
+UNPRIVILEGED = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", OUTPUTS)
+@pytest.mark.parametrize("case", ["no such directory", "a directory", "no permission"])
+def test_an_output_that_cannot_be_written_is_one_line_before_any_work(
+        tmp_path: Path, option: str, case: str) -> None:
+    """A bad output path is a bad option: one line naming the path and why, exit 2, before
+    anything is loaded (or COMMAND run), never an errno or a traceback."""
+    out = {"no such directory": tmp_path / "missing" / "out.jsonl", "a directory": tmp_path,
+           "no permission": tmp_path / "read-only" / "out.jsonl"}[case]
+    prefix: list[str] = []
+    if case == "no permission":
+        out.parent.mkdir(mode=0o555)
+        if os.geteuid() == 0:
+            if not shutil.which("setpriv"):
+                pytest.skip("as root, needs setpriv to run without write permission")
+            prefix = UNPRIVILEGED
+    ran = tmp_path / "ran"
+    argv = [a.format(out=out, ran=str(ran)) for a in OUTPUTS[option]]
+    done = subprocess.run([*prefix, *CLI, *argv], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60)
+    reason = {"no such directory": f"no such directory: {out.parent}",
+              "a directory": "it is a directory: name a file",
+              "no permission": f"no permission to write in {out.parent}"}[case]
+    flag = option.split()[1]
+    assert (done.returncode, done.stderr) == (
+        2, f"error: {out}: cannot write the {flag} file: {reason}\n"), done.stderr
+    assert not ran.exists() and done.stdout == ""
+
+
+def exit_statuses(command: str) -> list[str]:
+    """The exit statuses `command --help` lists, in its order."""
+    help_text = CliRunner().invoke(main, [command, "--help"]).stdout
+    assert "Exit status, the first that applies:\n" in help_text, help_text
+    block = help_text.split("Exit status, the first that applies:\n", 1)[1]
+    return re.findall(r"^ +(\d+|COMMAND's own)\b", block, re.M)
+
+
+def test_every_command_s_help_ends_with_its_exit_statuses() -> None:
+    """In one form for every command; the command reference and the errors page are
+    generated from the same table."""
+    commands = [name for name, c in main.commands.items() if not c.hidden]
+    assert commands == ["serve", "inspect", "convert", "record", "index", "compare", "run"]
+    for name in commands:
+        statuses = exit_statuses(name)
+        assert statuses[-1] == "0" and "2" in statuses, (name, statuses)
+    assert exit_statuses("run") == ["2", "3", "6", "COMMAND's own", "5", "4", "0"]
+    reference, page = docs_page("reference/cli.md"), docs_page("errors.md")
+    for name in commands:
+        assert f"## `replay-server {name}`" in reference
+        assert f"| `{name}` |" in page
+
+
+def bad_run(tmp_path: Path) -> Path:
+    """A saved run whose second line is not JSON: 1 record, 1 bad line."""
+    path = tmp_path / "bad.jsonl"
+    path.write_text((ROOT / "examples/demo-run.jsonl").read_text().splitlines()[0] + "\n{\n")
+    return path
+
+
+LM_EVAL = ROOT / "tests/data/lm_eval"
+DIFFERENT = [str(next((LM_EVAL / case).glob("*/samples_*.jsonl")).relative_to(ROOT))
+             for case in ("completions_batch", "tokenized_gen")]
+# (argv, the status it ends with); {bad}: bad_run; {out}: a new file
+STATUSES = [
+    (["inspect", "examples/"], 0), (["inspect", "{bad}"], 2),
+    (["inspect", "{bad}", "--skip-bad-lines"], 1),
+    (["convert", "examples/", "-o", "{out}"], 0), (["convert", "{bad}", "-o", "{out}"], 2),
+    (["convert", "{bad}", "-o", "{out}", "--skip-bad-lines"], 1),
+    (["index", "examples/", "-o", "{out}"], 0), (["index", "{bad}", "-o", "{out}"], 2),
+    (["index", "{bad}", "-o", "{out}", "--skip-bad-lines"], 1),
+    (["compare", SCORED, SCORED], 0), (["compare", *DIFFERENT], 1),
+    (["compare", SCORED, "{bad}"], 2),
+    (["serve", "{bad}"], 2), (["record", *UPSTREAM, "--out", "{bad}/x"], 2),
+    (["run", "{bad}", "--", "true"], 2), (["run", "examples/", "--", "true"], 5),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("argv", "status"), STATUSES, ids=[" ".join(a) for a, _ in STATUSES])
+def test_each_status_a_command_ends_with_is_one_its_help_lists(
+        tmp_path: Path, argv: list[str], status: int) -> None:
+    """Each command run as users run it, to each of its outcomes (`run`'s others:
+    tests/commands/test_run.py; `serve` and `record` end with 0 when stopped)."""
+    args = [a.format(bad=bad_run(tmp_path), out=tmp_path / "out") for a in argv]
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == status, done.stderr
+    assert str(status) in exit_statuses(argv[0])
+
+
+STOP = "replay-server: Ctrl-C stops the server (SIGINT; SIGTERM too)"
+
+
+@pytest.mark.slow
+def test_make_serve_says_how_to_stop_it_and_stops_on_ctrl_c() -> None:
+    """`make serve` as the README runs it (this venv, a free port), stopped as a terminal's
+    Ctrl-C stops it: SIGINT to its whole process group, make's and the server's."""
+    venv = sys.prefix  # installed: make is told not to install again
+    served = Spawned(["make", "-s", "-C", str(ROOT), "serve", "PORT=0", f"VENV={venv}",
+                      "-o", f"{venv}/.installed"], ROOT, None)
+    try:
+        assert served.ready.wait(60) and served.url, served.output
+        wait_for(lambda: STOP in served.output)
+    finally:
+        if served.proc.poll() is None:
+            os.killpg(served.proc.pid, signal.SIGINT)
+        served.wait()
+    after = served.output.split(f"ready on {served.url}\n", 1)[1]
+    assert after.index(STOP) > after.index("export OPENAI_BASE_URL")  # after the snippet
+    assert "replay-server: stopped" in served.output
+    set_up = README.split("## Set up\n", 1)[1].split("\n## ", 1)[0]
+    assert "Ctrl-C stops the server" in set_up

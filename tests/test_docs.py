@@ -3,13 +3,18 @@ generated reference (`make docs`, which `make check` runs, builds the site stric
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
+import sys
 import tomllib
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import click
+import pytest
 
 from replay_server.cli import main
 from replay_server.settings import markdown_table
@@ -129,3 +134,41 @@ def test_the_lm_eval_recipe_runs_what_the_harness_tests_run(tmp_path: Path) -> N
                     and args["base_url"] == f"$OPENAI_BASE_URL/{case.endpoint}":
                 fits.append(case)
         assert fits, f"no case of tests/harnesses runs {inner}"
+
+
+class _Links(HTMLParser):
+    """Every href and src of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.links += [value for name, value in attrs if name in ("href", "src") and value]
+
+
+@pytest.mark.slow
+def test_the_built_site_works_opened_from_disk(tmp_path: Path) -> None:
+    """Opened as file://, a link to a folder (`run/`) shows the folder, not its page: every
+    link between pages goes to a file on disk, and each generated page is there."""
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "--site-dir", str(site)],
+                   cwd=ROOT, check=True, capture_output=True,
+                   env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    # (404.html links from the site's root: a server shows it at any path, never the disk)
+    pages = sorted(set(site.rglob("*.html")) - {site / "404.html"})
+    checked = 0
+    for page in pages:
+        parser = _Links()
+        parser.feed(page.read_text())
+        for link in parser.links:
+            target = urlsplit(link)
+            if target.scheme or target.netloc or not target.path:
+                continue  # another host (never an asset: the hook checks), or this page
+            path = (page.parent / unquote(target.path)).resolve()
+            assert path.is_file(), f"{page.relative_to(site)}: {link} is not a file on disk"
+            checked += 1
+    assert checked > 1000
+    reference = (site / "reference/cli.html").read_text()
+    assert "replay-server compare" in reference and "Exit status" in reference
+    assert (site / "run.html").is_file() and "OPENAI_BASE_URL" in (site / "run.html").read_text()

@@ -2,11 +2,11 @@
 
 A page says `<!-- generated: NAME -->` on a line of its own where the text that GENERATED
 renders for NAME goes (the command-line reference from click's own objects, the settings
-table, the request-field tables, the variables `run` sets), so generated text is never
-written into a page by hand and cannot drift from the code. The hook also makes the README
-the site's home page (one text, read on GitHub and on the site), and fails the build on any
-page that would load a script, stylesheet or font from another host: the site must work
-offline.
+table, the request-field tables, the variables `run` sets, each command's exit statuses),
+so generated text is never written into a page by hand and cannot drift from the code. The
+hook also makes the README the site's home page (one text, read on GitHub and on the site),
+and fails the build on any page that would load a script, stylesheet or font from another
+host: the site must work offline.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from mkdocs.structure.pages import Page
 
 from replay_server import settings
 from replay_server.cli import main
-from replay_server.commands import base_urls
+from replay_server.commands import base_urls, exits
 from replay_server.paths import (
     CHAT_PATH,
     COMPLETION_PATH,
@@ -63,6 +63,8 @@ def _command(command: click.Command, ctx: click.Context) -> str:
         lines += ["", "| option | what it does |", "| --- | --- |"]
         lines += [f"| `{flags}` | {_literal(' '.join(text.split()))} |"
                   for flags, text in records]
+    if command.epilog:  # its exit statuses, as --help ends with them
+        lines += ["", "```text", command.epilog.replace("\b\n", ""), "```"]
     return "\n".join(lines)
 
 
@@ -103,6 +105,7 @@ GENERATED: dict[str, Callable[[], str]] = {
     "settings": settings_table,
     "fields": field_tables,
     "base-urls": base_urls.markdown_table,
+    "exit-status": exits.markdown_table,
 }
 
 

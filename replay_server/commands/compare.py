@@ -19,6 +19,7 @@ from ..compare.outcome import MetricMap, Outcome, compare
 from ..compare.report import read_report
 from ..compare.requests import read_requests
 from ..compare.sides import Side, read_side
+from ..saved.writer import writable, written_whole
 
 PAIR_BY = ("auto", "identity", "report")
 
@@ -50,10 +51,13 @@ def run(original: str, rescored: str, *, report: Path | None, metrics: Sequence[
         tasks: Sequence[str], pair_by: str, tokenizer: str | None, as_json: bool,
         html_to: Path | None, echo: Callable[[str], None]) -> int:
     """Compare, print, write the page; the exit status (0 or 1)."""
+    if html_to is not None:
+        writable(html_to, "--html")
     outcome = certify(original, rescored, report=report, metrics=metrics, tasks=tasks,
                       pair_by=pair_by, tokenizer=tokenizer)
     if html_to is not None:
-        html_to.write_text(html.page(outcome), encoding="utf-8")
+        with written_whole(html_to) as tmp:
+            tmp.write_text(html.page(outcome), encoding="utf-8")
     echo(render.to_json(outcome) if as_json else "\n".join(render.table(outcome)))
     return outcome.status
 

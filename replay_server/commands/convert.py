@@ -13,7 +13,7 @@ from pathlib import Path
 from ..saved.formats import LoadContext
 from ..saved.loader import context, plan, progress_bar, read
 from ..saved.record import dump_line
-from ..saved.writer import written_whole
+from ..saved.writer import writable, written_whole
 from ..settings import DEFAULT_MAX_LINE
 
 
@@ -26,6 +26,7 @@ def convert_paths(paths: Sequence[str | Path], out: Path, *, skip_bad_lines: boo
     replaces one of its own inputs. Each record gets a `source.run` unless it has one, so
     that two conversions served together stay two runs.
     """
+    writable(out, "-o")
     ctx = context(skip_bad_lines=skip_bad_lines, max_line=max_line, tokenizer=tokenizer)
     planned = plan(paths, ctx)
     planned.refuse_output(out)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..saved.writer import RecordWriter
+from ..saved.writer import RecordWriter, writable
 from ..settings import Settings
 from ..web.listen import bind, loaded, run_uvicorn, stop_signals
 from ..web.recorder import Recorder, create_record_app
@@ -24,7 +24,7 @@ def record(upstream: str, out: Path, host: str, port: int, log_level: str,
 
 def _record(upstream: str, out: Path, host: str, port: int, log_level: str,
             say: Callable[[str], None]) -> None:
-
+    writable(out, "--out", append=True)
     writer = RecordWriter(out)
     if writer.set_aside is not None:
         say(f"warning: {out} ended with a cut line (a crash?); moved it to {writer.set_aside}")

@@ -8,7 +8,7 @@ COMMAND ends the report says what was served, what got no saved generation and w
 (distinct requests, with how many attempts each), and which saved generations were never
 asked for.
 
-Exit status, the first that applies:
+Exit status, the first that applies (the codes, and what `--help` says of them: exits.py):
 - 2: the saved run cannot be loaded (a bad file, FILE:LINE), or a bad option: COMMAND
   never ran;
 - MISSED (3): a request got no saved generation: a replay error, or any other error
@@ -27,7 +27,7 @@ Exit status, the first that applies:
   environment);
 - UNUSED (4): saved samples were never asked for (unless --allow-unused: a deliberate
   subset);
-- 0.
+- DONE (0).
 """
 
 from __future__ import annotations
@@ -45,16 +45,14 @@ import orjson
 from ..errors import REPLAY_CODES
 from ..replay.replayer import Replayer
 from ..replay.stats import FORWARD_OUTCOMES, Failure
+from ..saved.writer import writable, written_whole
 from ..settings import Settings
 from ..web.app import create_app
 from ..web.listen import InThread
 from . import base_urls
+from .exits import DONE, MISSED, NO_REQUESTS, UNUSED, UPSTREAM_FAILED
 from .serve import open_run, upstream_of
 
-MISSED = 3
-UNUSED = 4
-NO_REQUESTS = 5
-UPSTREAM_FAILED = 6
 GRACE_S = 10.0
 SHOWN = 20
 
@@ -188,7 +186,7 @@ def grouped(failures: list[Failure]) -> list[str]:
 def write_report(path: Path, replayer: Replayer) -> int:
     """The per-request report (`run --report`), one JSON line per distinct request."""
     lines = replayer.stats.report_lines()
-    with path.open("wb") as f:
+    with written_whole(path) as tmp, tmp.open("wb") as f:
         for line in lines:
             f.write(orjson.dumps(line) + b"\n")
     return len(lines)
@@ -222,7 +220,7 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool) -> tuple[int, str
                         "answered part of the run; --allow-unused accepts a deliberate "
                         "subset): failing")
     forwarded = sum(c["saved"] for c in stats.forwarded.values())
-    return 0, "every request was answered from the saved run" + (
+    return DONE, "every request was answered from the saved run" + (
         f" ({unused} saved sample(s) never asked for, allowed)" if unused else "") + (
         f" or by the upstream ({forwarded} exchange(s) saved)" if forwarded else "") + (
         f"; {unanswered} tokenizer call(s) went unanswered (no generation was affected: "
@@ -235,6 +233,8 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
     """Serve `paths`, run `command` against it, report; returns the exit status."""
     for name in base_url_vars:  # a bad name is a bad option: before anything is loaded
         base_urls.check_name(name)
+    if report_to is not None:
+        writable(report_to, "--report")
     opened = open_run(paths, settings)
     for line in opened.report:
         say(line)

@@ -20,6 +20,7 @@ from ..index import file as index_file
 from ..index.index import Index, prompt_of
 from ..index.loading import load, report_lines
 from ..saved.loader import Plan
+from ..saved.writer import writable
 from ..settings import Settings
 from ..web import workers
 from ..web.app import create_app
@@ -40,6 +41,10 @@ class Opened:
 
 
 def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
+    """The saved run of `paths`, once `--out` (if given) is known to be writable: a bad
+    output path fails before a long load."""
+    if settings.out is not None:
+        writable(Path(settings.out), "--out", append=True)
     indexes = [Path(p) for p in paths if index_file.is_index(Path(p))]
     if not indexes:
         loaded = load(paths, skip_bad_lines=settings.skip_bad_lines,
@@ -168,10 +173,11 @@ def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str],
 
 def _ready(opened: Opened, settings: Settings, say: Callable[[str], None]
            ) -> tuple[socket.socket, str]:
-    """The listening socket, once the ready line and the snippet are said."""
+    """The listening socket, once the ready line, the snippet and how to stop are said."""
     sock, base_url = bind(settings.host, settings.port)
     loaded()
     say(f"replay-server: ready on {base_url}")
     for line in snippet_lines(opened, base_url, openai_python()):
         say(line)
+    say("replay-server: Ctrl-C stops the server (SIGINT; SIGTERM too)")
     return sock, base_url

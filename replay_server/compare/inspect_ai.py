@@ -23,6 +23,7 @@ from ..errors import LoadError
 from ..saved.formats.base import LoadContext
 from ..saved.formats.eval_zip import eval_member, eval_samples
 from ..saved.formats.inspect_ai import InspectAIReader
+from ..saved.jsonl import not_json
 from .verdicts import SavedAs, Score, Verdict, head, inspect_value, resolved, text_of
 
 NAME = "inspect_ai"
@@ -58,7 +59,9 @@ def _json(data: bytes | None, file: str, member: str | None) -> dict[str, Any]:
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        raise LoadError(file, None, f"{where}not valid JSON: {e}") from None
+        if member:
+            raise LoadError(file, None, f"{member}:{e.lineno}: {not_json(e)}") from None
+        raise LoadError(file, e.lineno, not_json(e)) from None
     if not isinstance(value, dict):
         raise LoadError(file, None, f"{where}expected a JSON object")
     return value

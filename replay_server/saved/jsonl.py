@@ -61,7 +61,14 @@ def parse_line(raw: bytes, file: str, line: int, max_line: int = DEFAULT_MAX_LIN
         return orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         if not raw.endswith(b"\n"):
-            raise LoadError(file, line, "the last line is cut short (no newline at the end "
-                                        f"and not valid JSON: {e}); was the writer killed?"
+            raise LoadError(file, line, "the last line is cut short (no newline at the end, "
+                                        f"and {not_json(e)}); was the writer killed?"
                             ) from None
-        raise LoadError(file, line, f"not valid JSON: {e}") from None
+        raise LoadError(file, line, not_json(e)) from None
+
+
+def not_json(error: orjson.JSONDecodeError) -> str:
+    """Why a text is not JSON, with the column on its line (`error.lineno`, which the
+    caller names as FILE:LINE): orjson's own message ends with a second position (`line 1
+    column 5 (char 4)`) that, beside FILE:LINE, reads as another line."""
+    return f"not valid JSON at column {error.colno}: {error.msg}"

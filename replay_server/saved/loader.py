@@ -18,13 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 from tqdm import tqdm
 
 from ..errors import LoadError
 from ..settings import DEFAULT_MAX_LINE
 from .formats import READERS, LoadContext, Reader
-from .jsonl import LineTooLong
+from .jsonl import LineTooLong, not_json
 from .record import Record
+
+SHOWN = 20  # the files named when a directory holds nothing any reader claims
 
 
 @dataclass
@@ -136,8 +139,9 @@ def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
             continue
         if reader is None:
             if explicit:
-                raise LoadError(str(path), None, "not a saved-run format replay-server reads "
-                                "(see `replay-server serve --help` for the formats)")
+                why = _unclaimed(path, plan.max_line)
+                raise LoadError(why.file, why.line, "not a saved-run format replay-server "
+                                f"reads: {why.reason}\n{_formats()}")
             plan.ignored.append(path)
             continue
         by_reader.setdefault(reader.name, (reader, []))[1].append(path)
@@ -145,6 +149,38 @@ def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
         plan.total_bytes += st.st_size
         plan.inodes.add((st.st_dev, st.st_ino))
     return list(by_reader.values())
+
+
+def _unclaimed(path: Path, max_line: int) -> LoadError:
+    """What a file no reader claims is, from its first line: for the user to see why, and
+    which of the formats (`_formats`) it was meant to be."""
+    head = _head(path, max_line)
+    if not head.strip():
+        return LoadError(str(path), None, "empty")
+    try:
+        value = orjson.loads(head)
+    except orjson.JSONDecodeError as e:
+        if path.suffix == ".jsonl":
+            return LoadError(str(path), 1, not_json(e))
+        return LoadError(str(path), None, "not JSON lines, and no reader claims it by its name")
+    if not isinstance(value, dict):
+        return LoadError(str(path), 1, "JSON, but not an object")
+    keys = ", ".join(sorted(value)[:12]) + (", ..." if len(value) > 12 else "")
+    return LoadError(str(path), 1, f"a JSON object of a shape no reader claims (keys: {keys})")
+
+
+def _formats() -> str:
+    return "replay-server reads:\n" + "\n".join(f"  - {r.expects}" for r in READERS)
+
+
+def _nothing_read(folder: Path, ignored: Sequence[Path], max_line: int) -> LoadError:
+    """A directory where no reader claims a file: each file (the first SHOWN) and why."""
+    named = [f"  {_unclaimed(path, max_line)}" for path in ignored[:SHOWN]]
+    if len(ignored) > SHOWN:
+        named.append(f"  and {len(ignored) - SHOWN} more")
+    what = ": no reader claims any of its files:" if ignored else " (nor any file but hidden ones)"
+    return LoadError(str(folder), None, "no saved generations found in this directory"
+                     + what + "\n" + "\n".join([*named, _formats()]))
 
 
 def plan(paths: Sequence[str | Path], ctx: LoadContext | None = None) -> Plan:
@@ -157,9 +193,10 @@ def plan(paths: Sequence[str | Path], ctx: LoadContext | None = None) -> Plan:
         if not path.exists():
             raise LoadError(str(path), None, "no such file or directory")
         if path.is_dir():
+            first = len(result.ignored)
             group = _group(list(_walk(path, result.folders)), result, explicit=False, ctx=ctx)
             if not group:
-                raise LoadError(str(path), None, "no saved generations found in this directory")
+                raise _nothing_read(path, result.ignored[first:], result.max_line)
             result.groups.append(group)
         else:
             files.append(path)

@@ -1,5 +1,7 @@
 """How commands write files: whole, then renamed (`written_whole`: convert's JSONL, the
-index file), or by durable appends (`RecordWriter`: the recorder's records).
+index file, run's report, compare's page), or by durable appends (`RecordWriter`: the
+recorder's records); and whether they can (`writable`), asked before a command does any
+work, so that a mistyped output path costs one line, not a load or a harness's run.
 
 Every file a command writes gets the usual mode of a new file, 0666 less the umask, as
 any tool's output does: a converted run or an index file mounted into a container is read
@@ -13,6 +15,7 @@ exchanges never interleave within a line.
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import os
 import secrets
@@ -26,14 +29,48 @@ from ..errors import LoadError
 USUAL_MODE = 0o666  # less the umask, which the system applies
 
 
+def writable(out: Path, option: str, *, append: bool = False) -> None:
+    """Raise LoadError, naming `out`, the option that gave it and why, if a command could
+    not write `out`: the way it will, by creating a file beside it (a file written whole is
+    renamed over `out`, so only its folder must let it) or, with `append`, by opening an
+    existing `out` to append to it. Creates nothing that stays."""
+    try:
+        if out.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(out))
+        if append and out.exists():
+            os.close(os.open(out, os.O_WRONLY | os.O_APPEND))
+        else:
+            os.unlink(_new_beside(out.resolve()))
+    except OSError as error:
+        raise LoadError(str(out), None, f"cannot write the {option} file: "
+                        f"{_why_not(out, error)}") from None
+
+
+def _why_not(out: Path, error: OSError) -> str:
+    folder = out.parent
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return "no permission to write it" if str(error.filename) == str(out) else \
+            f"no permission to write in {folder}"
+    return {errno.ENOENT: f"no such directory: {folder}",
+            errno.ENOTDIR: f"{folder} is not a directory",
+            errno.EISDIR: "it is a directory: name a file"}.get(
+                error.errno or 0, error.strerror or str(error))
+
+
+def _new_beside(target: Path) -> Path:
+    """A new empty file, hidden, beside `target`, with the usual mode."""
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, USUAL_MODE))
+    return tmp
+
+
 @contextmanager
 def written_whole(out: Path) -> Iterator[Path]:
     """A new empty file beside `out` to write, renamed to `out` once the block ends, and
     removed if it raises: `out` is the old file or the new one whole, never a part of it.
     A symlink `out` keeps pointing where it did: the file it points to is replaced."""
     target = out.resolve()
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, USUAL_MODE))
+    tmp = _new_beside(target)
     try:
         yield tmp
         os.replace(tmp, target)

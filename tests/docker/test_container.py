@@ -10,7 +10,9 @@ saved run bind-mounted read-only at /data. What the docs show is what runs here:
 commands below are docs/container.md's, and the last test checks that the page still says them.
 
 Needs root and podman, debootstrap, iproute2, curl and jq; installs them with apt-get when
-missing. Skips only where they cannot be had (not root, no apt-get), and never in CI.
+missing, once apt's locks are free (`tests/docker/apt.py`: a fresh machine's automatic
+updates hold them in its first minutes; past 10 minutes the test fails, naming the holder).
+Skips only where they cannot be had (not root, no apt-get), and never in CI.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import pytest
 import yaml
 
 from replay_server.settings import SETTINGS, envvar
+from tests.docker.apt import LockHeld, apt_get
 
 # one worker runs this module (make test: --dist loadgroup), so its fixtures are made once
 pytestmark = [pytest.mark.container, pytest.mark.xdist_group("container")]
@@ -131,9 +134,11 @@ def tools() -> None:
             pytest.fail(f"the container test {why}")
         pytest.skip(f"the container test {why}")
     if missing:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        ok("apt-get", "update", "-qq", env=env)
-        ok("apt-get", "install", "-y", "-qq", *missing, env=env)
+        try:
+            apt_get("update", "-qq")
+            apt_get("install", "-y", "-qq", *missing)
+        except LockHeld as error:
+            pytest.fail(f"the container test's tools: {error}")
 
 
 def base_image() -> str:

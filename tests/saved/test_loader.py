@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from replay_server.errors import LoadError
+from replay_server.saved.formats import READERS
 from replay_server.saved.loader import Plan, plan
 from tests.support import chat_record, chat_response, write_jsonl
 
@@ -70,3 +71,48 @@ def test_an_output_beside_the_inputs_is_fine(tmp_path: Path) -> None:
     plan([run]).refuse_output(runs / "converted.jsonl")
     plan([runs]).refuse_output(tmp_path / "converted.jsonl")
     plan([runs]).refuse_output(tmp_path / "runs-converted.jsonl")  # (a prefix, not a folder)
+
+
+def planned_error(*paths: Path) -> str:
+    with pytest.raises(LoadError) as caught:
+        plan(paths)
+    return str(caught.value)
+
+
+def test_a_folder_with_nothing_readable_names_each_file_and_why(tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("notes\n")
+    (tmp_path / "scores.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "broken.jsonl").write_text('{"a": 1,,}\n')
+    (tmp_path / "other.jsonl").write_text('{"prompt": "q", "answer": "a"}\n')
+    (tmp_path / "list.jsonl").write_text("[1, 2]\n")
+    lines = planned_error(tmp_path).splitlines()
+    assert lines[0] == (f"{tmp_path}: no saved generations found in this directory: no "
+                        "reader claims any of its files:")
+    assert lines[1:7] == [f"  {tmp_path}/{why}" for why in [
+        "README.md: not JSON lines, and no reader claims it by its name",
+        "broken.jsonl:1: not valid JSON at column 9: unexpected character, expected a "
+        "string key",
+        "empty.jsonl: empty",
+        "list.jsonl:1: JSON, but not an object",
+        "other.jsonl:1: a JSON object of a shape no reader claims (keys: answer, prompt)",
+        "scores.csv: not JSON lines, and no reader claims it by its name"]]
+    assert lines[7:] == ["replay-server reads:", *(f"  - {r.expects}" for r in READERS)]
+
+
+def test_a_jsonl_line_of_no_known_shape_says_which_shapes_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"prompt": "q", "answer": "a"}\n')
+    lines = planned_error(path).splitlines()
+    assert lines[0] == (f"{path}:1: not a saved-run format replay-server reads: a JSON object "
+                        "of a shape no reader claims (keys: answer, prompt)")
+    assert lines[1:] == ["replay-server reads:", *(f"  - {r.expects}" for r in READERS)]
+    assert all(key in "\n".join(lines) for key in ("replay_record", "custom_id", "doc_id"))
+
+
+def test_a_folder_lists_twenty_files_at_most(tmp_path: Path) -> None:
+    for i in range(25):
+        (tmp_path / f"notes-{i:02}.txt").write_text("notes\n")
+    lines = planned_error(tmp_path).splitlines()
+    assert lines[20:22] == [f"  {tmp_path}/notes-19.txt: not JSON lines, and no reader "
+                            "claims it by its name", "  and 5 more"]

@@ -30,7 +30,7 @@ import orjson
 from ...errors import LoadError
 from ...paths import CHAT_PATH
 from ...settings import DEFAULT_MAX_LINE
-from ..jsonl import iter_jsonl, parse_line
+from ..jsonl import iter_jsonl, not_json, parse_line
 from ..record import Record
 
 
@@ -43,6 +43,8 @@ class Reader(Protocol):
     harness is adding a reader."""
 
     name: str
+    # the files `detect` claims, in a phrase: told to a user whose file no reader claims
+    expects: str
 
     def detect(self, path: Path, head: bytes) -> bool:
         """Whether this reader claims the file. `head` is its first line (capped)."""
@@ -167,7 +169,7 @@ def read_json(path: Path, ctx: LoadContext) -> dict[str, Any] | None:
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        ctx.bad(LoadError(str(path), None, f"not valid JSON: {e}"))
+        ctx.bad(LoadError(str(path), e.lineno, not_json(e)))
         return None
     return obj if isinstance(obj, dict) else None
 

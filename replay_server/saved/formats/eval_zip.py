@@ -23,6 +23,7 @@ import orjson
 import zstandard
 
 from ...errors import LoadError, where_of
+from ..jsonl import not_json
 from .base import LoadContext, read_rows
 
 ZSTD_METHOD = 93
@@ -60,7 +61,8 @@ def eval_samples(path: Path, ctx: LoadContext) -> Iterator[dict[str, Any]]:
             try:
                 value = orjson.loads(data)
             except orjson.JSONDecodeError as e:
-                raise LoadError(file, None, f"{info.filename}: not valid JSON: {e}") from None
+                raise LoadError(file, None, f"{info.filename}:{e.lineno}: {not_json(e)}"
+                                ) from None
             if not isinstance(value, dict):
                 raise LoadError(file, None, f"{info.filename}: expected a JSON object")
             return value

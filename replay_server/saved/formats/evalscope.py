@@ -90,6 +90,8 @@ class EvalscopeReader:
     """evalscope work directories of `openai_api` runs: predictions and the task config."""
 
     name = "evalscope"
+    expects = ('evalscope work directories: predictions/MODEL/*.jsonl, lines with "index", '
+               '"model", "model_output" and "messages"')
 
     def detect(self, path: Path, head: bytes) -> bool:
         if path.name == "task_config.yaml":

@@ -42,6 +42,7 @@ import orjson
 from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH, MESSAGES_PATH, RESPONSES_PATH
 from ...wire.families import family_of
+from ..jsonl import not_json
 from ..record import Record, make_record
 from .base import LoadContext, read_rows, synthetic_id, text_response
 from .eval_zip import eval_samples
@@ -58,6 +59,7 @@ class InspectAIReader:
     """inspect_ai logs (`.eval` zips and `.json`): one record per model call."""
 
     name = "inspect_ai"
+    expects = 'inspect_ai logs: .eval, or .json with "eval_id" and "run_id"'
 
     def detect(self, path: Path, head: bytes) -> bool:
         if path.suffix == ".eval":
@@ -85,7 +87,7 @@ def _json_samples(path: Path, ctx: LoadContext) -> Iterator[dict[str, Any]]:
     try:
         log = orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        ctx.bad(LoadError(file, None, f"not valid JSON: {e}"))
+        ctx.bad(LoadError(file, e.lineno, not_json(e)))
         return
     samples = log.get("samples") if isinstance(log, dict) else None
     if not isinstance(samples, list) or not all(isinstance(s, dict) for s in samples):

@@ -94,6 +94,8 @@ class LightevalReader:
     """lighteval details files (parquet), with the results file that names the model."""
 
     name = "lighteval"
+    expects = ('lighteval --save-details output: '
+               'details/MODEL/DATE/details_TASK_DATE.parquet')
 
     def detect(self, path: Path, head: bytes) -> bool:
         if DETAILS.match(path.name):

@@ -84,6 +84,8 @@ class LmEvalReader:
     """lm-evaluation-harness samples files, with the results file beside them."""
 
     name = "lm-eval"
+    expects = ('lm-evaluation-harness --log_samples output: samples_TASK_DATE.jsonl, lines '
+               'starting {"doc_id"')
 
     def detect(self, path: Path, head: bytes) -> bool:
         if SAMPLES.match(path.name):

@@ -13,6 +13,8 @@ class NativeReader:
     """replay-server's own records (`record`, `convert`): read as they are saved."""
 
     name = "native"
+    expects = ('replay-server records (`record`, `convert`): JSON lines with '
+               '"replay_record"')
 
     def detect(self, path: Path, head: bytes) -> bool:
         return head.lstrip().startswith(b"{") and f'"{MARKER}"'.encode() in head

@@ -70,6 +70,8 @@ class OeEvalReader:
     """oe-eval (OLMES) task files: predictions joined to requests on (doc_id, idx)."""
 
     name = "oe-eval"
+    expects = ('oe-eval output: task-NNN-TASK-predictions.jsonl, lines starting {"doc_id", '
+               'and task-NNN-TASK-requests.jsonl, lines starting {"request_type"')
 
     def detect(self, path: Path, head: bytes) -> bool:
         match = TASK_FILE.fullmatch(path.name)

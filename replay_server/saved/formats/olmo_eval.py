@@ -77,6 +77,9 @@ class OlmoEvalReader:
     """olmo-eval run directories: predictions joined to requests on doc_id."""
 
     name = "olmo-eval"
+    expects = ('olmo-eval output: predictions/MODEL/*-predictions.jsonl, lines starting '
+               '{"doc_id", and requests/MODEL/*-requests.jsonl, lines starting '
+               '{"request_type"')
 
     def detect(self, path: Path, head: bytes) -> bool:
         if path.name == "metrics.json":

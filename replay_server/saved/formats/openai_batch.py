@@ -48,6 +48,8 @@ class OpenAIBatchReader:
     """OpenAI Batch input and output files, joined on custom_id within a group."""
 
     name = "openai-batch"
+    expects = ('OpenAI Batch input and output files: JSON lines with "custom_id" and "body", '
+               '"response" or "error"')
 
     def detect(self, path: Path, head: bytes) -> bool:
         keys = head_keys(head)
