@@ -331,6 +331,17 @@ def docs_hook() -> ModuleType:
     return module
 
 
+RUNNABLE = "# runs as pasted, from the repository's root"
+
+
+def runnable_blocks(page: Path) -> list[str]:
+    """The shell blocks of a docs page whose first line is RUNNABLE, as the page prints
+    them: the commands docs/recipes/ promise to run as pasted (tests/test_recipes.py)."""
+    blocks = re.findall(r"^```(?:sh|bash)\n(.*?)^```$", page.read_text(encoding="utf-8"),
+                        re.M | re.S)
+    return [block for block in blocks if block.startswith(RUNNABLE + "\n")]
+
+
 def docs_page(name: str) -> str:
     """The page docs/NAME as the site shows it: what the hook generates rendered in it
     (`index.md` is the README, which the site shows as its home page)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import subprocess
 import sys
 import tomllib
@@ -104,36 +103,6 @@ def test_the_site_s_home_page_is_the_readme_linking_beside_the_pages() -> None:
     assert home == readme.replace("](docs/", "](")
     linked = re.findall(r"\]\(docs/([^)#]+)", readme)
     assert linked and all((ROOT / "docs" / page).is_file() for page in linked), linked
-
-
-def test_the_lm_eval_recipe_runs_what_the_harness_tests_run(tmp_path: Path) -> None:
-    """Each `replay-server run ... -- sh -c 'lm_eval ...'` of docs/recipes/lm-eval.md is a
-    case that tests/harnesses runs for real (tests/harnesses/lm_eval_runs.py): its model
-    type, its URL (the case's endpoint under the $OPENAI_BASE_URL that `run` sets), no
-    model_args or flag the case lacks, and `--tokenizer` for `run` exactly when lm-eval is
-    given a tokenizer."""
-    from tests.harnesses.lm_eval_runs import BASE, CASES, under_run
-
-    page = (ROOT / "docs/recipes/lm-eval.md").read_text()
-    block = page.split("```sh\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
-    runs = [shlex.split(line) for line in block.splitlines()
-            if line.startswith("replay-server run")]
-    assert len(runs) == 2
-    for argv in runs:
-        inner = shlex.split(argv[argv.index("-c") + 1])
-        model = inner[inner.index("--model") + 1]
-        args = dict(a.split("=", 1) for a in inner[inner.index("--model_args") + 1].split(","))
-        flags = {a for a in inner if a.startswith("--")}
-        assert ("--tokenizer" in argv) == ("tokenizer" in args), argv
-        fits = []
-        for case in CASES.values():
-            [tested] = under_run(case.command(BASE, tmp_path))[2:]
-            case_args = dict(a.split("=", 1) for a in case.model_args.split(","))
-            if case.model == model and flags <= set(shlex.split(tested)) \
-                    and set(args) - {"model", "base_url"} <= set(case_args) \
-                    and args["base_url"] == f"$OPENAI_BASE_URL/{case.endpoint}":
-                fits.append(case)
-        assert fits, f"no case of tests/harnesses runs {inner}"
 
 
 class _Links(HTMLParser):

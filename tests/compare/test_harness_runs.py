@@ -101,7 +101,7 @@ def test_lm_eval_rescoring_with_another_answer_filter_lists_the_flips(
     right answer (all have two digits) becomes wrong; the wrong ones stay wrong."""
     changed = ws.dir / "first-digit"
     changed.mkdir()
-    for name in ("arith.jsonl", "arith_train.jsonl"):
+    for name in ("arith.jsonl", "arith_train.jsonl", "arith_data.py"):  # the data, its loader
         shutil.copy(ws.tasks / name, changed / name)
     task = (ws.tasks / f"{TASK}.yaml").read_text()
     assert task.count(FILTER) == 1

@@ -151,7 +151,9 @@ def run_case(case: str, spec: tuple, tmp: Path, env: dict[str, str]) -> None:
     work.mkdir()
     include = work / "tasks"
     include.mkdir()
-    for name in ("arith_gen.yaml", "arith_mc.yaml"):
+    # the tasks, and their data with the loader that reads it from beside them
+    for name in ("arith_gen.yaml", "arith_mc.yaml", "arith_data.py", "arith.jsonl",
+                 "arith_mc.jsonl"):
         shutil.copy(TASKS / name, include / name)
     (include / "arith_mc_ws.yaml").write_text(ARITH_MC_WS)
     wire = work / "wire.jsonl"
