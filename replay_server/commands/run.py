@@ -19,7 +19,9 @@ Exit status, the first that applies:
   carries no generation, so it is reported loudly but fails the run only with --strict;
 - UPSTREAM_FAILED (6): with --upstream, a request forwarded there got no answer to save
   (the upstream's error answer, no answer, a broken stream, an answer that cannot be
-  saved): a judge's failed call is scored by harnesses as a verdict;
+  saved, a call the client gave up on), and no later attempt of the same request was
+  saved: a judge's failed call is scored by harnesses as a verdict, while failed attempts
+  followed by a saved answer are a client's retries that got through (reported only);
 - COMMAND's own, when it fails;
 - NO_REQUESTS (5): no request reached the server at all, replayed or forwarded upstream
   (COMMAND answered from
@@ -44,7 +46,7 @@ import orjson
 
 from ..errors import REPLAY_CODES
 from ..replay.replayer import Replayer
-from ..replay.stats import FORWARD_OUTCOMES, Failure
+from ..replay.stats import FORWARD_FAILURES, Failure
 from ..settings import Settings
 from ..web.app import create_app
 from ..web.listen import InThread
@@ -122,17 +124,26 @@ def report(replayer: Replayer) -> list[str]:
 
 def forwarded_lines(replayer: Replayer) -> list[str]:
     """The requests that went upstream (--upstream), per model, apart from the replayed
-    ones; then each distinct one that failed there."""
+    ones; those whose failed attempts a later saved one recovered; then each distinct one
+    still failing."""
     stats = replayer.stats
     lines = []
     for name, counts in sorted(stats.forwarded.items()):
-        outcomes = ", ".join(f"{k}={counts[k]}" for k in FORWARD_OUTCOMES[1:] if counts[k])
+        outcomes = ", ".join(f"{k}={counts[k]}" for k in FORWARD_FAILURES if counts[k])
+        stopped = f"; cut off when run stopped COMMAND: {counts['stopped']}" \
+            if counts["stopped"] else ""
         lines.append(f"  model {name} (forwarded upstream, not replayed): {counts['saved']} "
-                     f"exchanges answered and saved; failures: {outcomes or 'none'}")
+                     f"exchanges answered and saved; failed attempts: {outcomes or 'none'}"
+                     f"{stopped}")
+    if stats.forward_recovered:
+        retried = sum(f.attempts for f in stats.forward_recovered.values())
+        lines.append(f"  {len(stats.forward_recovered)} distinct forwarded request(s) failed "
+                     "upstream, then a later attempt was answered and saved "
+                     f"({retried} failed attempt(s)): not a failure")
     failures = sorted(stats.forward_failures.values(), key=lambda f: f.first["time"])
     if failures:
         lines.append(f"  {len(failures)} distinct forwarded request(s) failed upstream, in "
-                     f"{stats.forward_failed()} attempt(s):")
+                     f"{stats.forward_failed()} attempt(s), no later one saved:")
     for failure in failures[:SHOWN]:
         miss = failure.first
         tries = f" ({failure.attempts} attempts)" if failure.attempts > 1 else ""
