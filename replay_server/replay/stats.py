@@ -90,7 +90,9 @@ class Stats:
         # start: a hit on one again changes nothing there, and a popular prompt saved by
         # many instances would otherwise walk them all on every hit.
         self.used_whole: set[int] = set()
-        self.on_error: Callable[[dict[str, Any]], None] | None = None
+        # Called at each failing attempt with its distinct request's failure (`run`:
+        # --stop-on-miss, --max-attempts)
+        self.on_error: Callable[[Failure], None] | None = None
         # Called for each unanswered tokenizer call too, when those fail the run (--strict)
         self.tokenizer_errors_fail = False
         # vLLM's tokenizer calls, apart from the generations: answered ("recorded",
@@ -266,28 +268,29 @@ class Stats:
         what = (model, endpoint, code, detail.get("prompt") or error.message)
         failure = self.failures.get(what)
         if failure is None:
-            self.failures[what] = Failure(miss, 1, now)
+            failure = self.failures[what] = Failure(miss, 1, now)
         else:
             failure.attempts += 1
             failure.last_time = now
         if self.on_error is not None:
-            self.on_error(miss)
+            self.on_error(failure)
 
     def tokenizer_error(self, endpoint: str, model: str | None, why: str) -> bool:
         """A tokenizer call that got no answer (never a generation: not a failure of the
         replay, see replay/tokenizer.py); True for the first of its endpoint and reason."""
         self.tokenizer["unanswered"] += 1
         now = round(time.time(), 3)
-        miss = {"time": now, "model": model, "endpoint": endpoint, "why": why}
-        if self.tokenizer_errors_fail and self.on_error is not None:
-            self.on_error(miss)
         failure = self.tokenizer_unanswered.get((endpoint, why))
+        first = failure is None
         if failure is None:
-            self.tokenizer_unanswered[(endpoint, why)] = Failure(miss, 1, now)
-            return True
-        failure.attempts += 1
-        failure.last_time = now
-        return False
+            failure = self.tokenizer_unanswered[(endpoint, why)] = Failure(
+                {"time": now, "model": model, "endpoint": endpoint, "why": why}, 1, now)
+        else:
+            failure.attempts += 1
+            failure.last_time = now
+        if self.tokenizer_errors_fail and self.on_error is not None:
+            self.on_error(failure)
+        return first
 
     def failed(self) -> int:
         """Requests that got no saved generation, retries included."""

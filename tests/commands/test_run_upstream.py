@@ -4,8 +4,11 @@ counted apart from the replay, and failing the run when it fails upstream."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,3 +189,25 @@ def test_a_judge_429_that_every_retry_met_fails_the_run(judge: str, tmp_path: Pa
     assert result.returncode == 6, result.stderr
     assert f"- [upstream_error] /v1/chat/completions model={JUDGE} (3 attempts): HTTP 429" \
         in result.stderr
+
+
+@pytest.mark.slow
+def test_a_judge_call_cut_off_by_a_signal_to_run_is_no_upstream_failure(
+        judge: str, tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "replay_server", "run", str(SAVED), "--upstream", judge,
+            "--out", str(tmp_path / "judge.jsonl"), "--allow-unused", "--log-level", "warning",
+            "--", sys.executable, "-c", JUDGED, "0", "60", "[fault: hang]"]
+    with subprocess.Popen(argv, cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, start_new_session=True) as process:
+        try:
+            wire, deadline = tmp_path / "wire.jsonl", time.monotonic() + 60
+            while not (wire.exists() and '"fault": "hang"' in wire.read_text()):
+                assert process.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 143, err
+    assert "failed attempts: none; cut off when run stopped COMMAND: 1" in err
