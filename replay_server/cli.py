@@ -20,6 +20,7 @@ import orjson
 from . import __version__
 from .commands import exits
 from .commands import inspect as inspecting
+from .commands.command import MAX_ATTEMPTS
 from .commands.convert import convert_paths
 from .commands.index import build_index as write_index
 from .errors import LoadError
@@ -303,6 +304,12 @@ class _CommandAfterDashes(click.Command):
               help="Stop COMMAND at the first request that gets no saved generation; the "
               "report then counts only requests that got an answer (hit or error), not "
               "those cut off in flight.")
+@click.option("--max-attempts", type=click.IntRange(min=0), default=MAX_ATTEMPTS,
+              show_default=True,
+              metavar="N",
+              help="Stop COMMAND (exit status 3) once one distinct request has been refused "
+              "N times: a harness that resends a refused request at once, forever, would "
+              "never end. Far above any client's retries; 0 never stops.")
 @click.option("--report", "report_to", type=click.Path(path_type=Path),
               help="Write one JSON line per distinct request to this file: answered (from "
               "which saved records) or not (the error, the nearest saved prompt, and where "
@@ -316,8 +323,8 @@ class _CommandAfterDashes(click.Command):
 @settings_options(port=0, leave_out=("workers",))
 @click.pass_context
 def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, require_all: bool,
-        stop_on_miss: bool, report_to: Path | None, base_url_vars: tuple[str, ...],
-        **options: Any) -> None:
+        stop_on_miss: bool, max_attempts: int, report_to: Path | None,
+        base_url_vars: tuple[str, ...], **options: Any) -> None:
     """Serve PATHS, run a harness against it, and fail unless it rescored the saved run
     exactly: every request answered, every saved sample asked for.
 
@@ -332,6 +339,8 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
     report lists answers, each distinct request that got no saved generation (with its
     attempts, reason and nearest saved prompt), and saved generations never asked for. A
     POST /replay/reset starts the cursors over and forgets nothing the verdict counts.
+    SIGINT, SIGTERM and SIGHUP stop COMMAND and everything it started, then `run`
+    reports.
     """
     command = ctx.meta.get("command") or []
     if not command:
@@ -342,7 +351,7 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
         settings = _settings(options)
         code = runner.run_command(paths, settings, command, allow_unused=allow_unused,
                                   stop_on_miss=stop_on_miss, say=_say, report_to=report_to,
-                                  base_url_vars=base_url_vars)
+                                  base_url_vars=base_url_vars, max_attempts=max_attempts)
     except (LoadError, ValueError, OSError) as error:
         _fail(error)
     sys.exit(code)

@@ -55,7 +55,8 @@ EXITS: dict[str, tuple[Exit, ...]] = {
                  "(COMMAND never ran)"),
             Exit(MISSED, "a request got no saved generation (even if COMMAND failed too)"),
             Exit(UPSTREAM_FAILED, "a request forwarded to --upstream got no answer to save"),
-            Exit(None, "when it failed (and every request it sent was answered)"),
+            Exit(None, "when it failed (and every request it sent was answered); 128+N "
+                 "when signal N (SIGINT, SIGTERM, SIGHUP) stopped run, and with it COMMAND"),
             Exit(NO_REQUESTS, "no request reached the server"),
             Exit(UNUSED, "saved samples were never asked for (unless --allow-unused)"),
             Exit(DONE, "every request answered, every saved sample asked for")),

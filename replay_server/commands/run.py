@@ -6,7 +6,10 @@ answer, or retrying): the server runs in this process on a free port, COMMAND ru
 every base-URL variable harnesses read pointing at it (`base_urls`), and when
 COMMAND ends the report says what was served, what got no saved generation and why
 (distinct requests, with how many attempts each), and which saved generations were never
-asked for.
+asked for. `run` stops COMMAND, and everything it started (`command`), on SIGINT, SIGTERM
+or SIGHUP, at the first miss with --stop-on-miss, and once one distinct request has been
+refused --max-attempts times (a harness that resends a refusal forever would never end);
+then it reports.
 
 Exit status, the first that applies (the codes, and what `--help` says of them: exits.py):
 - 2: the saved run cannot be loaded (a bad file, FILE:LINE), or a bad option: COMMAND
@@ -19,8 +22,13 @@ Exit status, the first that applies (the codes, and what `--help` says of them: 
   carries no generation, so it is reported loudly but fails the run only with --strict;
 - UPSTREAM_FAILED (6): with --upstream, a request forwarded there got no answer to save
   (the upstream's error answer, no answer, a broken stream, an answer that cannot be
-  saved): a judge's failed call is scored by harnesses as a verdict;
-- COMMAND's own, when it fails;
+  saved, a call the client gave up on), and no later attempt of the same request was
+  saved: a judge's failed call is scored by harnesses as a verdict, while failed attempts
+  followed by a saved answer are a client's retries that got through (reported only);
+- COMMAND's own, when it fails; when a signal N to `run` stopped COMMAND, 128+N in its
+  place (a shell's convention: 130 SIGINT, 143 SIGTERM, 129 SIGHUP), so that an
+  interrupted run is never 5, 4 or 0, while a miss or a failed forwarded request seen
+  before the signal still outranks it;
 - NO_REQUESTS (5): no request reached the server at all, replayed or forwarded upstream
   (COMMAND answered from
   somewhere else: a harness's disk cache, or a base URL it does not take from the
@@ -34,8 +42,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,31 +50,17 @@ import orjson
 
 from ..errors import REPLAY_CODES
 from ..replay.replayer import Replayer
-from ..replay.stats import FORWARD_OUTCOMES, Failure
+from ..replay.stats import FORWARD_FAILURES, Failure
 from ..saved.writer import writable, written_whole
 from ..settings import Settings
 from ..web.app import create_app
 from ..web.listen import InThread
 from . import base_urls
+from .command import MAX_ATTEMPTS, Command, on_refusal, stopped_by_signals
 from .exits import DONE, MISSED, NO_REQUESTS, UNUSED, UPSTREAM_FAILED
 from .serve import open_run, upstream_of
 
-GRACE_S = 10.0
 SHOWN = 20
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Terminate COMMAND and everything it started; kill what outlives the grace period."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(GRACE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
 
 
 def report(replayer: Replayer) -> list[str]:
@@ -120,17 +112,26 @@ def report(replayer: Replayer) -> list[str]:
 
 def forwarded_lines(replayer: Replayer) -> list[str]:
     """The requests that went upstream (--upstream), per model, apart from the replayed
-    ones; then each distinct one that failed there."""
+    ones; those whose failed attempts a later saved one recovered; then each distinct one
+    still failing."""
     stats = replayer.stats
     lines = []
     for name, counts in sorted(stats.forwarded.items()):
-        outcomes = ", ".join(f"{k}={counts[k]}" for k in FORWARD_OUTCOMES[1:] if counts[k])
+        outcomes = ", ".join(f"{k}={counts[k]}" for k in FORWARD_FAILURES if counts[k])
+        stopped = f"; cut off when run stopped COMMAND: {counts['stopped']}" \
+            if counts["stopped"] else ""
         lines.append(f"  model {name} (forwarded upstream, not replayed): {counts['saved']} "
-                     f"exchanges answered and saved; failures: {outcomes or 'none'}")
+                     f"exchanges answered and saved; failed attempts: {outcomes or 'none'}"
+                     f"{stopped}")
+    if stats.forward_recovered:
+        retried = sum(f.attempts for f in stats.forward_recovered.values())
+        lines.append(f"  {len(stats.forward_recovered)} distinct forwarded request(s) failed "
+                     "upstream, then a later attempt was answered and saved "
+                     f"({retried} failed attempt(s)): not a failure")
     failures = sorted(stats.forward_failures.values(), key=lambda f: f.first["time"])
     if failures:
         lines.append(f"  {len(failures)} distinct forwarded request(s) failed upstream, in "
-                     f"{stats.forward_failed()} attempt(s):")
+                     f"{stats.forward_failed()} attempt(s), no later one saved:")
     for failure in failures[:SHOWN]:
         miss = failure.first
         tries = f" ({failure.attempts} attempts)" if failure.attempts > 1 else ""
@@ -192,8 +193,10 @@ def write_report(path: Path, replayer: Replayer) -> int:
     return len(lines)
 
 
-def verdict(replayer: Replayer, code: int, allow_unused: bool) -> tuple[int, str]:
-    """The exit status, the first that applies (see the module docstring), and why."""
+def verdict(replayer: Replayer, code: int, allow_unused: bool,
+            status_of: str | None = None) -> tuple[int, str]:
+    """The exit status, the first that applies (see the module docstring), and why;
+    `status_of`: what COMMAND's non-zero `code` means."""
     stats = replayer.stats
     if stats.failures:
         return MISSED, (f"{len(stats.failures)} distinct request(s) got no saved generation "
@@ -207,7 +210,7 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool) -> tuple[int, str
                                  f"forwarded upstream got no answer to save "
                                  f"({stats.forward_failed()} attempt(s)): failing")
     if code != 0:
-        return code, f"COMMAND failed with exit status {code}"
+        return code, status_of or f"COMMAND failed with exit status {code}"
     if stats.answered == 0 and not stats.forwarded:
         return NO_REQUESTS, ("no request reached the replay server: COMMAND got its answers "
                              "somewhere else (a harness's disk cache, such as lighteval's "
@@ -229,7 +232,8 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool) -> tuple[int, str
 
 def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequence[str], *,
                 allow_unused: bool, stop_on_miss: bool, say: Callable[[str], None],
-                report_to: Path | None = None, base_url_vars: Sequence[str] = ()) -> int:
+                report_to: Path | None = None, base_url_vars: Sequence[str] = (),
+                max_attempts: int = MAX_ATTEMPTS) -> int:
     """Serve `paths`, run `command` against it, report; returns the exit status."""
     for name in base_url_vars:  # a bad name is a bad option: before anything is loaded
         base_urls.check_name(name)
@@ -246,44 +250,57 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
         replayer.stats.whole_run = True  # the verdict is every pass's, resets or not
         if report_to is not None:
             replayer.stats.tracked = {}
-        code, stopped = _serve_command(app, settings, command, stop_on_miss, say,
-                                       base_url_vars)
-    if code < 0:  # killed by a signal: report it the way a shell does
-        code = 128 - code
+        code, ran = _serve_command(app, settings, command, (stop_on_miss, max_attempts),
+                                   say, base_url_vars)
     for line in report(replayer):
         say(line)
     if report_to is not None:
         count = write_report(report_to, replayer)
         say(f"replay-server run: wrote {count} request(s) to {report_to}")
-    if stopped:
-        say("replay-server run: stopped COMMAND at the first miss (--stop-on-miss)")
-    elif code != 0 and (replayer.stats.failures or replayer.stats.forward_failures):
-        say(f"replay-server run: COMMAND failed with exit status {code}")  # (outranked)
-    status, why = verdict(replayer, 0 if stopped else code, allow_unused)
+    return _conclude(replayer, code, ran, allow_unused, say)
+
+
+def _conclude(replayer: Replayer, code: int, ran: Command, allow_unused: bool,
+              say: Callable[[str], None]) -> int:
+    """Say why COMMAND stopped, if `run` stopped it, and the verdict; its exit status. When
+    `run` stopped COMMAND at a miss, the miss decides; on a signal, the signal's status
+    (128+N) stands in COMMAND's place in the verdict: after a miss, before 5, 4 and 0."""
+    at_miss = ran.why is not None and ran.signum is None
+    if ran.why is not None:
+        say(f"replay-server run: stopped COMMAND {ran.why}")
+    status_of = f"COMMAND failed with exit status {code}" if ran.signum is None else \
+        f"COMMAND was stopped on {signal.Signals(ran.signum).name}: exit status {code}"
+    if not at_miss and code != 0 and (replayer.stats.failures or
+                                      replayer.stats.forward_failures):
+        say(f"replay-server run: {status_of}")  # (outranked)
+    status, why = verdict(replayer, 0 if at_miss else code, allow_unused, status_of)
     say(f"replay-server run: {why}")
     return status
 
 
-def _serve_command(app: Any, settings: Settings, command: Sequence[str], stop_on_miss: bool,
-                   say: Callable[[str], None], base_url_vars: Sequence[str]
-                   ) -> tuple[int, bool]:
-    """Serve `app` while `command` runs: its exit status, and whether a miss stopped it."""
+def _serve_command(app: Any, settings: Settings, command: Sequence[str],
+                   stops: tuple[bool, int], say: Callable[[str], None],
+                   base_url_vars: Sequence[str]) -> tuple[int, Command]:
+    """Serve `app` while `command` runs: its exit status, and the command (why `run`
+    stopped it, if it did). `stops`: --stop-on-miss, --max-attempts."""
     replayer: Replayer = app.state.replayer
-    stopped = threading.Event()
     with InThread(app, settings) as server:
         env = base_urls.environment(os.environ, server.base_url,
                                     settings.api_key or "replay-server", base_url_vars)
         say(f"replay-server run: serving on {server.base_url}; running: {' '.join(command)}")
-        proc = subprocess.Popen(list(command), env=env, start_new_session=True)
-        if stop_on_miss:
-            def on_error(miss: dict[str, Any]) -> None:
-                stopped.set()
-                threading.Thread(target=_stop, args=(proc,), daemon=True).start()
-            replayer.stats.on_error = on_error
-            replayer.stats.tokenizer_errors_fail = settings.strict  # they fail it then
-        try:
-            code = proc.wait()
-        except KeyboardInterrupt:
-            _stop(proc)
-            raise
-    return code, stopped.is_set()
+        ran = Command()
+
+        def stop(why: str, signum: int | None = None) -> None:
+            replayer.stats.stopping = True  # (first: a client the stop cuts off is no failure)
+            if ran.stop(why, signum):
+                say(f"replay-server run: stopping COMMAND and everything it started {why}")
+            elif signum is not None:
+                say(f"replay-server run: killing what is left of COMMAND at once ({why} "
+                    "while stopping it)")
+
+        replayer.stats.on_error = on_refusal(stop, *stops)
+        replayer.stats.tokenizer_errors_fail = settings.strict  # they fail the run then
+        with stopped_by_signals(lambda name, signum: stop(f"on {name}", signum)):
+            ran.start(command, env)
+            code = ran.wait()
+    return code, ran

@@ -43,7 +43,7 @@ from ..wire.family import ReplayRequest
 from ..wire.models import anthropic_models_body, models_body
 from ..wire.selection import recorded
 from .miss import no_match
-from .stats import Stats
+from .stats import FORWARD_FAILURES, Stats
 from .tokenizer import TokenizerAnswers
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,8 @@ class Replayer:
     def forwarded(self, endpoint: str, body: bytes, model: str, outcome: str,
                   why: str) -> None:
         """Count what became of a request that went upstream (the recorder's outcome);
-        a failure is logged once, at WARNING, since it fails `run`."""
+        a failed attempt is logged once, at WARNING, since it fails `run` unless a retry
+        gets through."""
         prompt = None
         try:
             request = family_of(endpoint).parse(body)
@@ -170,9 +171,9 @@ class Replayer:
             prompt = request.keys[0].hex() if request.keys else None  # (a batch: its first)
         except ReplayServerError:
             pass  # the upstream judged the request; its key is only for the report
-        self.stats.forward(model, endpoint, prompt, outcome, why)
-        if outcome not in ("recorded", "abandoned"):
-            log.warning("upstream error (%s) model=%s %s: %s", outcome, model, endpoint,
+        counted = self.stats.forward(model, endpoint, prompt, outcome, why)
+        if counted in FORWARD_FAILURES:
+            log.warning("upstream error (%s) model=%s %s: %s", counted, model, endpoint,
                         why.replace("\n", " "))
 
     def _request(self, endpoint: str, body: bytes, headers: Iterable[tuple[bytes, bytes]]

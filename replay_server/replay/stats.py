@@ -11,8 +11,12 @@ are also grouped by what was asked, so that a harness's retries count as attempt
 failure, not as several.
 
 Requests for a model the saved runs lack that went to an upstream (`--upstream`: a judge)
-are counted apart, per model asked for, by outcome (`FORWARD_OUTCOMES`): never as replayed,
-and every outcome but `saved` and `abandoned` fails `run`.
+are counted apart, per model asked for, by outcome (`FORWARD_OUTCOMES`): never as replayed.
+`run` judges each distinct forwarded request by its outcome: an attempt that got no answer
+to save (the client gave up on it too: it scores the item as failed) fails `run`, unless a
+later attempt of the same request was saved (a client's retry: a judge's 429, a timeout);
+those recovered failures are still counted and reported. A request whose prompt cannot be
+keyed is never taken for another's retry.
 
 vLLM's tokenizer calls (`/tokenize`, ...) are counted apart (`tokenizer`), answered or
 not, with each reason one went unanswered: they carry no generation, so they are no
@@ -39,11 +43,13 @@ from ..index.index import Entry, Exchange, Index, Selection, entry_of
 # The outcomes counted per model, in the order reports show them.
 OUTCOMES = ("hits", *REPLAY_CODES)
 # What became of a request forwarded upstream (`--upstream`): saved (answered and appended
-# to --out), the upstream's error answer or no answer at all, a stream that broke, an
-# answer that could not be saved; or the client left first (reported, not a failure, as a
-# request cut off in flight is not).
-FORWARD_OUTCOMES = ("saved", "upstream_error", "aborted", "unrecordable", "abandoned")
-FORWARD_FAILURES = ("upstream_error", "aborted", "unrecordable")
+# to --out); or no answer to save: the upstream's error answer or no answer at all, a stream
+# that broke, an answer that could not be saved, the client left first (its timeout: the
+# harness scored the item as failed); or the client left because `run` was stopping
+# COMMAND (`stopped`: not a failure of the upstream's, the stop is said apart).
+FORWARD_OUTCOMES = ("saved", "upstream_error", "aborted", "unrecordable", "abandoned",
+                    "stopped")
+FORWARD_FAILURES = ("upstream_error", "aborted", "unrecordable", "abandoned")
 _RECORDER_NAMES = {"recorded": "saved"}  # the recorder's name of an outcome, where it differs
 
 
@@ -84,7 +90,9 @@ class Stats:
         # start: a hit on one again changes nothing there, and a popular prompt saved by
         # many instances would otherwise walk them all on every hit.
         self.used_whole: set[int] = set()
-        self.on_error: Callable[[dict[str, Any]], None] | None = None
+        # Called at each failing attempt with its distinct request's failure (`run`:
+        # --stop-on-miss, --max-attempts)
+        self.on_error: Callable[[Failure], None] | None = None
         # Called for each unanswered tokenizer call too, when those fail the run (--strict)
         self.tokenizer_errors_fail = False
         # vLLM's tokenizer calls, apart from the generations: answered ("recorded",
@@ -93,10 +101,15 @@ class Stats:
         self.tokenizer_unanswered: dict[tuple[str, str], Failure] = {}
         # Set by `run`: every pass counts, whatever the resets between them.
         self.whole_run = False
-        # Requests forwarded upstream, per model asked for (`--upstream`), by outcome; the
-        # failures among them, each distinct one with its attempts.
+        # Requests forwarded upstream, per model asked for (`--upstream`), by outcome; each
+        # distinct one that failed there with its failed attempts: still failing, or
+        # recovered (a later attempt was saved).
         self.forwarded: dict[str, Counter[str]] = {}
         self.forward_failures: dict[tuple[str, str, str], Failure] = {}
+        self.forward_recovered: dict[tuple[str, str, str], Failure] = {}
+        # Set by `run` once it stops COMMAND: a forwarded request its client leaves from
+        # then on was cut off by the stop (`stopped`), not failed by the upstream.
+        self.stopping = False
 
     def reset(self) -> None:
         """Forget what was counted (`POST /replay/reset`), unless these stats are a whole
@@ -111,6 +124,7 @@ class Stats:
         self.failures.clear()
         self.forwarded.clear()
         self.forward_failures.clear()
+        self.forward_recovered.clear()
         self.requests = self.answered = self.resets = 0
         if self.tracked is not None:
             self.tracked.clear()
@@ -190,30 +204,53 @@ class Stats:
         return list(lines.values())
 
     def forward(self, model: str, endpoint: str, prompt: str | None, outcome: str,
-                why: str) -> None:
-        """One request forwarded upstream, and its outcome (the recorder's name for it)."""
+                why: str) -> str:
+        """One request forwarded upstream, and its outcome (the recorder's name for it);
+        returns the outcome as counted."""
         outcome = _RECORDER_NAMES.get(outcome, outcome)
+        if outcome == "abandoned" and self.stopping:
+            outcome = "stopped"
         self.forwarded.setdefault(model, Counter())[outcome] += 1
+        what = (model, endpoint, prompt or why)
         if outcome in FORWARD_FAILURES:
-            what = (model, endpoint, prompt or why)
-            now = round(time.time(), 3)
-            failure = self.forward_failures.get(what)
-            if failure is None:
-                self.forward_failures[what] = Failure(
-                    {"time": now, "model": model, "endpoint": endpoint, "code": outcome,
-                     "message": why, "prompt": prompt}, 1, now)
-            else:
-                failure.attempts += 1
-                failure.last_time = now
+            self._forward_failed(what, outcome, why, prompt)
+        elif outcome == "saved" and prompt is not None and what in self.forward_failures:
+            self._forward_recovered(what)
         if self.tracked is not None and prompt is not None:
             line = self.tracked.setdefault((model, endpoint, prompt), {
                 "model": model, "endpoint": endpoint, "prompt": prompt, "attempts": 0,
                 "served": [], "status": "forwarded", "outcomes": Counter()})
             line["attempts"] += 1
             line["outcomes"][outcome] += 1
+        return outcome
+
+    def _forward_failed(self, what: tuple[str, str, str], outcome: str, why: str,
+                        prompt: str | None) -> None:
+        """One more failed attempt of a distinct forwarded request: failing until a later
+        attempt is saved."""
+        now = round(time.time(), 3)
+        failure = self.forward_failures.get(what)
+        if failure is None:
+            self.forward_failures[what] = Failure(
+                {"time": now, "model": what[0], "endpoint": what[1], "code": outcome,
+                 "message": why, "prompt": prompt}, 1, now)
+        else:
+            failure.attempts += 1
+            failure.last_time = now
+
+    def _forward_recovered(self, what: tuple[str, str, str]) -> None:
+        """A saved attempt after failed ones: they were a client's retries that got
+        through; counted apart (no longer failing), and a later failure fails again."""
+        failure = self.forward_failures.pop(what)
+        earlier = self.forward_recovered.get(what)
+        if earlier is None:
+            self.forward_recovered[what] = failure
+        else:
+            earlier.attempts += failure.attempts
+            earlier.last_time = failure.last_time
 
     def forward_failed(self) -> int:
-        """Forwarded requests that failed upstream, retries included."""
+        """Failed attempts of the forwarded requests still failing, retries included."""
         return sum(f.attempts for f in self.forward_failures.values())
 
     def error(self, model: str | None, endpoint: str, error: ReplayServerError,
@@ -231,28 +268,29 @@ class Stats:
         what = (model, endpoint, code, detail.get("prompt") or error.message)
         failure = self.failures.get(what)
         if failure is None:
-            self.failures[what] = Failure(miss, 1, now)
+            failure = self.failures[what] = Failure(miss, 1, now)
         else:
             failure.attempts += 1
             failure.last_time = now
         if self.on_error is not None:
-            self.on_error(miss)
+            self.on_error(failure)
 
     def tokenizer_error(self, endpoint: str, model: str | None, why: str) -> bool:
         """A tokenizer call that got no answer (never a generation: not a failure of the
         replay, see replay/tokenizer.py); True for the first of its endpoint and reason."""
         self.tokenizer["unanswered"] += 1
         now = round(time.time(), 3)
-        miss = {"time": now, "model": model, "endpoint": endpoint, "why": why}
-        if self.tokenizer_errors_fail and self.on_error is not None:
-            self.on_error(miss)
         failure = self.tokenizer_unanswered.get((endpoint, why))
+        first = failure is None
         if failure is None:
-            self.tokenizer_unanswered[(endpoint, why)] = Failure(miss, 1, now)
-            return True
-        failure.attempts += 1
-        failure.last_time = now
-        return False
+            failure = self.tokenizer_unanswered[(endpoint, why)] = Failure(
+                {"time": now, "model": model, "endpoint": endpoint, "why": why}, 1, now)
+        else:
+            failure.attempts += 1
+            failure.last_time = now
+        if self.tokenizer_errors_fail and self.on_error is not None:
+            self.on_error(failure)
+        return first
 
     def failed(self) -> int:
         """Requests that got no saved generation, retries included."""

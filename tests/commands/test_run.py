@@ -358,3 +358,38 @@ def test_the_example_harness_says_what_a_miss_is_and_fails_on_one(tmp_path: Path
     assert status is not None and "replay_no_match" in missed.stderr
     doc = ast.get_docstring(ast.parse(harness.read_text())) or ""
     assert f"HTTP {status[1]}" in doc and "422" not in doc
+
+
+# a harness that resends a refused request at once (evalplus resends any API error)
+RESEND = ASK + """
+import sys
+for _ in range(int(sys.argv[1])):
+    chat('Name a colour')
+print('not stopped')
+"""
+
+
+@pytest.mark.slow
+def test_a_request_refused_again_and_again_stops_the_command_at_the_bound() -> None:
+    result = run("--", sys.executable, "-c", RESEND, "400")
+    assert result.returncode == 3, result.stderr
+    assert "not stopped" not in result.stdout
+    assert "replay-server run: stopped COMMAND when one request had been refused 50 times " \
+        "(--max-attempts 50; 0 never stops): [replay_no_match] /v1/chat/completions " \
+        f"model={MODEL}: " in result.stderr
+
+
+@pytest.mark.slow
+def test_the_bound_on_refusals_is_the_user_s() -> None:
+    lower = run("--max-attempts", "5", "--", sys.executable, "-c", RESEND, "400")
+    assert lower.returncode == 3 and "not stopped" not in lower.stdout
+    assert "when one request had been refused 5 times (--max-attempts 5;" in lower.stderr
+    never = run("--max-attempts", "0", "--", sys.executable, "-c", RESEND, "60")
+    assert never.returncode == 3 and "not stopped" in never.stdout
+    assert "stopped COMMAND" not in never.stderr
+    assert "1 distinct request(s) got no saved generation, in 60 attempt(s)" in never.stderr
+
+
+def test_the_bound_on_refusals_is_a_count() -> None:
+    result = run("--max-attempts", "-1", "--", "true")
+    assert result.returncode == 2 and "Invalid value for '--max-attempts'" in result.stderr

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,7 +65,7 @@ def test_a_judge_is_forwarded_saved_reported_and_replayed_the_next_time(
     assert "1 answered from the saved run, 0 got no saved generation, 1 forwarded " \
         "upstream" in live.stderr
     assert f"model {JUDGE} (forwarded upstream, not replayed): 1 exchanges answered and " \
-        "saved; failures: none" in live.stderr
+        "saved; failed attempts: none" in live.stderr
     lines = [json.loads(line) for line in report.read_text().splitlines()]
     assert sorted(line["status"] for line in lines) == ["forwarded", "hit"]
     (forwarded,) = [line for line in lines if line["status"] == "forwarded"]
@@ -166,3 +168,93 @@ def test_the_upstream_is_said_without_the_credentials_in_its_url(tmp_path: Path)
     assert "go to http://127.0.0.1:9, saved to" in said[0]
     assert "cannot reach the upstream http://127.0.0.1:9 (" in said[1]
     assert not any("secret" in line for line in said), said
+
+
+# a harness's judge call: its client's retries and timeout, its failure swallowed and scored
+JUDGED = """
+import sys, openai
+client = openai.OpenAI(max_retries=int(sys.argv[1]), timeout=float(sys.argv[2]))
+try:
+    r = client.chat.completions.create(model="judge-model", temperature=0, messages=[
+        {"role": "user", "content": "[Submission]: 7 *** [Criterion]: 7 *** GRADE: $LETTER "
+                                    + sys.argv[3]}])
+    print(repr(r.choices[0].message.content))
+except openai.APIError as e:
+    print("error", type(e).__name__)
+"""
+
+
+def judged(judge: str, out: Path, retries: int, timeout: float, fault: str
+           ) -> subprocess.CompletedProcess[str]:
+    """`run --upstream JUDGE` of a harness whose one judge call meets `fault`."""
+    return subprocess.run([sys.executable, "-m", "replay_server", "run", str(SAVED),
+                           "--upstream", judge, "--out", str(out), "--allow-unused",
+                           "--log-level", "warning", "--", sys.executable, "-c", JUDGED,
+                           str(retries), str(timeout), fault],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+@pytest.mark.slow
+def test_a_judge_call_its_client_gave_up_on_fails_the_run(judge: str, tmp_path: Path) -> None:
+    result = judged(judge, tmp_path / "judge.jsonl", 0, 1.0, "[fault: hang]")
+    assert result.stdout.strip() == "error APITimeoutError"  # the harness scored it failed
+    assert result.returncode == 6, result.stderr
+    assert "1 exchanges answered and saved" not in result.stderr
+    assert f"- [abandoned] /v1/chat/completions model={JUDGE}: the client left before the " \
+        "answer was complete" in result.stderr
+    assert "1 distinct request(s) forwarded upstream got no answer to save" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_judge_call_abandoned_then_retried_and_saved_passes(
+        judge: str, tmp_path: Path) -> None:
+    result = judged(judge, tmp_path / "judge.jsonl", 1, 1.0, "[fault: hang once]")
+    assert result.stdout.strip().endswith("GRADE: C'")
+    assert result.returncode == 0, result.stderr
+    assert "1 exchanges answered and saved; failed attempts: abandoned=1" in result.stderr
+    assert "1 distinct forwarded request(s) failed upstream, then a later attempt was " \
+        "answered and saved (1 failed attempt(s)): not a failure" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_judge_429_that_the_client_s_retry_recovered_passes(
+        judge: str, tmp_path: Path) -> None:
+    out = tmp_path / "judge.jsonl"
+    result = judged(judge, out, 2, 30.0, "[fault: 429 once]")
+    assert result.stdout.strip().endswith("GRADE: C'")
+    assert result.returncode == 0, result.stderr
+    assert "1 exchanges answered and saved; failed attempts: upstream_error=1" in result.stderr
+    assert "1 distinct forwarded request(s) failed upstream, then a later attempt was " \
+        "answered and saved (1 failed attempt(s)): not a failure" in result.stderr
+    assert len(out.read_text().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_judge_429_that_every_retry_met_fails_the_run(judge: str, tmp_path: Path) -> None:
+    result = judged(judge, tmp_path / "judge.jsonl", 2, 30.0, "[fault: 429]")
+    assert result.stdout.strip() == "error RateLimitError"
+    assert result.returncode == 6, result.stderr
+    assert f"- [upstream_error] /v1/chat/completions model={JUDGE} (3 attempts): HTTP 429" \
+        in result.stderr
+
+
+@pytest.mark.slow
+def test_a_judge_call_cut_off_by_a_signal_to_run_is_no_upstream_failure(
+        judge: str, tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "replay_server", "run", str(SAVED), "--upstream", judge,
+            "--out", str(tmp_path / "judge.jsonl"), "--allow-unused", "--log-level", "warning",
+            "--", sys.executable, "-c", JUDGED, "0", "60", "[fault: hang]"]
+    with subprocess.Popen(argv, cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, start_new_session=True) as process:
+        try:
+            wire, deadline = tmp_path / "wire.jsonl", time.monotonic() + 60
+            while not (wire.exists() and '"fault": "hang"' in wire.read_text()):
+                assert process.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 143, err
+    assert "failed attempts: none; cut off when run stopped COMMAND: 1" in err

@@ -59,6 +59,7 @@ from starlette.routing import Route
 from tests.fakemodel.anthropic_api import routes as anthropic_routes
 from tests.fakemodel.behaviour import FakeModel
 from tests.fakemodel.bodies import build_chat, build_completion, chat_chunks, completion_chunks
+from tests.fakemodel.faults import Faults, respond
 from tests.fakemodel.responses_api import routes as responses_routes
 from tests.fakemodel.tokenizer_api import routes as tokenizer_routes
 
@@ -86,6 +87,7 @@ def create_app(
         log_path or os.environ.get("FAKEMODEL_LOG"),
         tokenizer_path or os.environ.get("FAKEMODEL_TOKENIZER"),
     )
+    faults = Faults()
 
     async def handle(request: Request, kind: str) -> Response:
         path = request.url.path
@@ -98,6 +100,9 @@ def create_app(
             fm.log({"path": path, "request": None, "status": 400,
                     "response": json.loads(bytes(resp.body))})
             return resp
+        if kind == "chat" and (fault := faults.of(body)) is not None:
+            fm.log({"path": path, "request": body, "fault": fault})
+            return await respond(fault, request)
         try:
             if kind == "chat":
                 if not isinstance(body.get("messages"), list):
