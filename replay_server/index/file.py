@@ -5,8 +5,9 @@ writes what the server needs; `serve RUN.idx` then starts in well under a second
 the run's size, keeps little in memory, and several worker processes share one copy
 (pages are read through a shared, read-only memory map).
 
-    meta(name, value)              format, version, key version, the sources it was built
-                                   from, the recorded tokenizer answers (`tokenizer`, JSON)
+    meta(name, value)              format, version, key version, what it was built from
+                                   (`sources.record`), the recorded tokenizer answers
+                                   (`tokenizer`, JSON)
     models(id, name, records, samples, unusable_records, prompts)
     entries(k BLOB PRIMARY KEY, v)  k = model id (2 bytes) + key; v = one encoded entry
     prompts(id, model_id, kind, prompt, place)
@@ -39,13 +40,14 @@ from ..errors import LoadError
 from ..saved.writer import written_whole
 from ..wire import keys
 from ..wire.families import BY_KIND
+from . import sources
 from .catalog import EMPTY, Catalog
 from .index import Bodies, Entry, Exchange, Index, Instance, ModelRun, SavedResponse
 from .loading import Loaded
 from .samples import needs_cursor, seeds
 
 FORMAT = "replay-server index"
-VERSION = 3
+VERSION = 4
 SQLITE_MAGIC = b"SQLite format 3\x00"
 MMAP_BYTES = 1 << 40
 
@@ -165,12 +167,10 @@ def write(loaded: Loaded, out: Path) -> int:
         model_ids = {name: i for i, name in enumerate(sorted(loaded.index.models), start=1)}
         _write_entries(db, loaded.index, model_ids)
         _write_prompts(db, loaded, model_ids)
-        sources = [{"file": str(p), "size": p.stat().st_size, "mtime": p.stat().st_mtime}
-                   for _, p in loaded.plan.files]
         cursors = sum(1 for run in loaded.index.models.values() for v in run.entries.values()
                       if needs_cursor(v))
         meta = {"format": FORMAT, "version": str(VERSION), "key_version": str(keys.KEY_VERSION),
-                "built": str(time.time()), "sources": orjson.dumps(sources).decode(),
+                "built": str(time.time()), **sources.record(loaded.plan),
                 "cursor_prompts": str(cursors), "tokenizer": _tokenizer_meta(loaded.index)}
         db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
         db.commit()
@@ -273,14 +273,19 @@ class StoredIndex(Index):
                                     "prompts FROM models").fetchall()
         except sqlite3.DatabaseError as e:
             raise LoadError(str(path), None, f"not a replay-server index: {e}") from None
-        if meta.get("format") != FORMAT or meta.get("version") != str(VERSION):
-            raise LoadError(str(path), None, f"not a version {VERSION} replay-server index")
+        if meta.get("format") != FORMAT:
+            raise LoadError(str(path), None, "not a replay-server index")
+        if meta.get("version") != str(VERSION):
+            raise LoadError(str(path), None, f"a version {meta.get('version')} replay-server "
+                            f"index, and this replay-server reads version {VERSION}: rebuild "
+                            "it from the saved files with `replay-server index`")
         if meta.get("key_version") != str(keys.KEY_VERSION):
             raise LoadError(str(path), None, f"built with key version "
                             f"{meta.get('key_version')}, and this replay-server keys requests "
                             f"with version {keys.KEY_VERSION}: its keys would never match; "
                             "rebuild it from the saved files with `replay-server index`")
         self.path, self.db, self.meta = path, db, meta
+        self.sources = sources.Sources(path, meta)
         models: dict[str, ModelRun] = {}
         for model_id, name, records, samples, unusable, prompts in model_rows:
             run = ModelRun(name, records=records, samples=samples, unusable_records=unusable)
@@ -333,13 +338,3 @@ class StoredIndex(Index):
         """Prompts whose n=1 calls get different saved samples one by one
         (`samples.needs_cursor`), counted when the file was built."""
         return int(self.meta.get("cursor_prompts", "0"))
-
-    def stale_sources(self) -> list[str]:
-        """Saved files that changed since the index was built (still present ones)."""
-        changed = []
-        for source in orjson.loads(self.meta.get("sources", "[]")):
-            path = Path(source["file"])
-            if path.exists() and (path.stat().st_size != source["size"]
-                                  or path.stat().st_mtime != source["mtime"]):
-                changed.append(str(path))
-        return changed

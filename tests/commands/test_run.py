@@ -246,17 +246,21 @@ time.sleep(60)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("over", ["the saved file", "the same file by another path",
-                                  "the index file", "the index's saved file"])
+                                  "the index file", "the index's saved file",
+                                  "the saved file of an index built in its folder"])
 def test_the_report_never_replaces_an_input(tmp_path: Path, over: str) -> None:
     saved = tmp_path / "saved.jsonl"
     saved.write_bytes((ROOT / "examples" / "demo-run.jsonl").read_bytes())
     inputs = [str(saved)]
-    if "index" in over:
-        built = subprocess.run([*CLI[:3], "index", str(saved), "-o", str(tmp_path / "run.idx")],
-                               capture_output=True, text=True, cwd=ROOT)
+    if "index" in over:  # built from the absolute path, or in its folder from `saved.jsonl`
+        here = "in its folder" in over
+        built = subprocess.run([*CLI[:3], "index", saved.name if here else str(saved), "-o",
+                                str(tmp_path / "run.idx")], capture_output=True, text=True,
+                               cwd=tmp_path if here else ROOT)
         assert built.returncode == 0, built.stderr
         inputs = [str(tmp_path / "run.idx")]
     target = {"the saved file": str(saved), "the index's saved file": str(saved),
+              "the saved file of an index built in its folder": str(saved),
               "the same file by another path": str(tmp_path / "." / ".." / tmp_path.name /
                                                    "saved.jsonl"),
               "the index file": str(tmp_path / "run.idx")}[over]

@@ -99,15 +99,6 @@ def test_an_index_is_served_alone(built: Path) -> None:
         open_run([built, SAVED[0]], Settings())
 
 
-def test_a_changed_source_is_reported(tmp_path: Path) -> None:
-    saved = write_jsonl(tmp_path / "run.jsonl", [chat_record("q", chat_response("a"))])
-    index = tmp_path / "run.idx"
-    index_file.write(load([saved], progress=False), index)
-    assert StoredIndex(index).stale_sources() == []
-    saved.write_bytes(saved.read_bytes() + b"\n")
-    assert StoredIndex(index).stale_sources() == [str(saved)]
-
-
 def test_the_index_file_keeps_the_catalog_and_finds_the_same_nearest_prompt(
         tmp_path: Path) -> None:
     """The file's prompt table holds the in-memory catalog's rows in its order, and the
