@@ -226,6 +226,23 @@ def test_never_asked_for_examples_name_each_place_once_with_its_unused_samples()
     assert first.endswith(": 2 of 3") and all(p.endswith(": 3 of 3") for p in places[1:])
 
 
+def test_the_report_of_a_damaged_index_says_what_it_cannot_list(tmp_path: Path) -> None:
+    """Its never-asked-for samples are listed from the index: where it is damaged, the
+    report says so instead of failing (the verdict fails the run on them anyway)."""
+    from replay_server.commands.run import report, verdict
+    from replay_server.commands.serve import open_run
+    from replay_server.settings import Settings
+    from replay_server.web.app import create_app
+    from tests.support import damaged_index
+
+    opened = open_run([damaged_index(tmp_path, "an answer's bytes")], Settings())
+    replayer = create_app(Settings(), opened.index).state.replayer
+    lines = report(replayer)
+    assert "saved samples never asked for: 120" in "\n".join(lines)
+    assert any("is damaged (a saved value fails its checksum)" in line for line in lines)
+    assert verdict(replayer, 0, allow_unused=False)[0] == 5  # no request reached it
+
+
 @pytest.mark.slow
 def test_stop_on_miss_counts_only_requests_with_an_outcome() -> None:
     """A request begun but not sent whole when COMMAND is stopped is cut off in flight."""
