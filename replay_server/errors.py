@@ -12,6 +12,7 @@
     └── ReplayError              400, a replay decision; `code` says which
         ├── NoMatch              replay_no_match
         ├── Unusable             replay_unusable
+        │   └── IndexDamaged     replay_unusable: the index file cannot be read there
         ├── Ambiguous            replay_ambiguous
         ├── NMismatch            replay_n_mismatch
         ├── Exhausted            replay_exhausted
@@ -172,6 +173,14 @@ class NoMatch(ReplayError):
 
 class Unusable(ReplayError):
     code = "replay_unusable"
+
+
+class IndexDamaged(Unusable):
+    """The index file is damaged where a request needs it (a page SQLite cannot read, a
+    value whose checksum fails): that request cannot be answered faithfully, the rest
+    can. A replay decision (400, counted, `run` fails on it), never a 5xx: a retry meets
+    the same bytes. Its code is `replay_unusable`'s: what the request needs is saved
+    (or may be) but cannot be served."""
 
 
 class Ambiguous(ReplayError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import os
+import random
 import re
 import signal
 import socket
@@ -26,6 +27,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from replay_server.commands.serve import open_run
 from replay_server.index import builder as indexing
+from replay_server.index import file as index_file
+from replay_server.index import loading
 from replay_server.index.index import Index
 from replay_server.paths import CHAT_PATH, COMPLETION_PATH, MESSAGES_PATH
 from replay_server.saved.record import Record, validate
@@ -349,3 +352,27 @@ def docs_page(name: str) -> str:
     if name == "index.md":
         return str(hook.home_page())
     return str(hook.render((ROOT / "docs" / name).read_text(), name))
+
+
+def damaged_answer(i: int) -> str:
+    return f"answer {i}: " + "lorem ipsum " * 250  # 3 KB: some five answers a page
+
+
+def damaged_index(tmp_path: Path, damage: str) -> Path:
+    """An index of 120 saved prompts, damaged in place as a bad copy or a disk fault
+    leaves it: four bytes of answer 57's text overwritten, or the whole 16 KiB page that
+    holds answer 90 filled with random bytes."""
+    saved = write_jsonl(tmp_path / "run.jsonl", [
+        chat_record(f"question {i}", chat_response(damaged_answer(i)), line=i + 1)
+        for i in range(120)])
+    index = tmp_path / "run.idx"
+    index_file.write(loading.load([saved], progress=False), index)
+    data = bytearray(index.read_bytes())
+    if damage == "an answer's bytes":
+        at = data.index(b"answer 57: ") + 40
+        data[at:at + 4] = b"QQQQ"
+    else:
+        at = data.index(b"answer 90: ") // 16384 * 16384
+        data[at:at + 16384] = random.Random(0).randbytes(16384)
+    index.write_bytes(bytes(data))
+    return index

@@ -48,7 +48,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import REPLAY_CODES
+from ..errors import REPLAY_CODES, IndexDamaged
 from ..replay.replayer import Replayer
 from ..replay.stats import FORWARD_FAILURES, Failure
 from ..saved.writer import writable, written_whole
@@ -83,9 +83,14 @@ def report(replayer: Replayer) -> list[str]:
                      f"errors: {errors or 'none'}; saved samples never asked for: "
                      f"{outcome['unused_samples']}")
         if outcome["unused_samples"]:
-            lines.append("    e.g. " + "; ".join(
-                f"{where}: {unused} of {saved}" for where, (unused, saved)
-                in stats.unused_examples(name).items()))
+            try:
+                examples = stats.unused_examples(name)
+            except IndexDamaged as e:  # (the index file: the verdict fails on them anyway)
+                lines.append(f"    where they are cannot be listed: {e}")
+            else:
+                lines.append("    e.g. " + "; ".join(
+                    f"{where}: {unused} of {saved}" for where, (unused, saved)
+                    in examples.items()))
     lines += forwarded_lines(replayer)
     if stats.rejected:
         lines.append("  other error answers: " + ", ".join(

@@ -57,17 +57,16 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
         raise LoadError(str(indexes[0]), None, "an index file is served on its own; build "
                         "one index from all the saved files with `replay-server index`")
     index = index_file.StoredIndex(indexes[0], settings.aliases())
+    index.sources.refuse_stale()
     report = [f"opened index {indexes[0]}: " + ", ".join(
         f"model {name}: {run.records} exchanges, {len(run.entries)} prompts"
         for name, run in index.models.items())]
-    report += [f"  warning: {f} changed since the index was built; rebuild it"
-               for f in index.stale_sources()]
-    # the saved files it was built from are the run too: no output may replace them either
-    sources = [Path(s["file"]) for s in orjson.loads(index.meta.get("sources", "[]"))]
-    inputs = Plan()
-    for path in [indexes[0], *sources]:
-        inputs.keep(path)
-    return Opened(index, report, index.examples(), inputs)
+    missing = index.sources.missing()
+    if missing:
+        report.append(f"  warning: {len(missing)} saved file(s) the index was built from are "
+                      f"not here (e.g. {missing[0]}): whether they changed since cannot be "
+                      "told")
+    return Opened(index, report, index.examples(), index.sources.inputs())
 
 
 @contextmanager

@@ -42,6 +42,14 @@ class Plan:
     seen: set[Path] = field(default_factory=set)  # every file claimed, resolved
     inodes: set[tuple[int, int]] = field(default_factory=set)  # theirs (hard links too)
     folders: set[Path] = field(default_factory=set)  # every directory walked, resolved
+    # What was asked for, absolute (as given, symlinks kept): each path argument, each
+    # directory argument's files as the walk found them, and each file's size and mtime
+    # before anything is read (one that changes while it is read is found changed later).
+    # An index file keeps them: from any folder it knows what it was built from and
+    # whether that changed since.
+    arguments: list[Path] = field(default_factory=list)
+    listed: dict[Path, list[Path]] = field(default_factory=dict)
+    stamps: dict[Path, tuple[int, float]] = field(default_factory=dict)
 
     def keep(self, path: Path) -> None:
         """Count `path` among the inputs that no output may replace, though no reader reads
@@ -118,6 +126,19 @@ def _walk(root: Path, folders: set[Path]) -> Iterator[Path]:
                 yield path
 
 
+def listing(root: Path) -> list[Path]:
+    """The files a load of the directory `root` considers, as `plan` walks it."""
+    return list(_walk(root, set()))
+
+
+def claimed(path: Path) -> bool:
+    """Whether a load would read `path` (a reader claims it, or reading it fails)."""
+    try:
+        return _claim(path, DEFAULT_MAX_LINE) is not None
+    except LoadError:
+        return True
+
+
 def _raise_walk(error: OSError) -> None:
     raise LoadError(str(error.filename), None, f"cannot read: {error.strerror or error}")
 
@@ -148,6 +169,7 @@ def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
         st = path.stat()
         plan.total_bytes += st.st_size
         plan.inodes.add((st.st_dev, st.st_ino))
+        plan.stamps[path] = (st.st_size, st.st_mtime)
     return list(by_reader.values())
 
 
@@ -192,9 +214,12 @@ def plan(paths: Sequence[str | Path], ctx: LoadContext | None = None) -> Plan:
         path = Path(raw)
         if not path.exists():
             raise LoadError(str(path), None, "no such file or directory")
+        result.arguments.append(path.absolute())
         if path.is_dir():
             first = len(result.ignored)
-            group = _group(list(_walk(path, result.folders)), result, explicit=False, ctx=ctx)
+            walked = list(_walk(path, result.folders))
+            result.listed[path.absolute()] = [p.absolute() for p in walked]
+            group = _group(walked, result, explicit=False, ctx=ctx)
             if not group:
                 raise _nothing_read(path, result.ignored[first:], result.max_line)
             result.groups.append(group)

@@ -82,7 +82,27 @@ def _text_kind(asked: str, saved: str, at: int) -> str:
         return "the request's text is shorter"
     if asked.lower() == saved.lower():
         return "letter case differs"
+    for longer, shorter, kind in ((asked, saved, "the request has a word more"),
+                                  (saved, asked, "the request lacks a word")):
+        rest = _without_word(longer, at)
+        if rest == shorter:
+            return kind
+        if rest.lower() == shorter.lower():
+            return f"{kind}, and letter case differs"
     return "the text differs"
+
+
+def _without_word(text: str, at: int) -> str:
+    """`text` without the word that `at` is in (or starts) and the spaces after it."""
+    start = at
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    end = at
+    while end < len(text) and not text[end].isspace():
+        end += 1
+    while end < len(text) and text[end].isspace():
+        end += 1
+    return text[:start] + text[end:]
 
 
 def _text_diff(asked: str, saved: str, place: str, group_place: str | None = None

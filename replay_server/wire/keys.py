@@ -24,7 +24,10 @@ in its normal form>}`. The engine's normal forms, for every family:
    API objects, never inside a verbatim value (`{"const": null}` is not `{}`);
 3. a field set to the value that means "unset" (`Field.unset`), before or after its normal
    form, and a field that means nothing without another (`Field.needs`: `tool_choice`
-   without `tools`).
+   when no field gives the model tools). `needs` lists *every* field that can give what
+   the field acts on (Messages' `mcp_servers` give tools as `tools` does): a giver left
+   out drops the field from a request it changes, which then gets an answer saved for
+   another setting.
 Each family adds the forms of its own objects (messages, tools, input items). Whitespace,
 case and anything else inside a text are never touched: exact means exact.
 
@@ -35,7 +38,9 @@ family (Responses prompts carried a version 1 of their own), chat keys `echo` (v
 the last assistant message in front of the answer) and vLLM's other fields that change
 the answer's text (`include_reasoning`, `truncation_side`, `media_io_kwargs`,
 `logits_processors`), and a value that is its unset value once normalised is unset (a
-`response_format` of `{"type": "text", "json_schema": null}`).
+`response_format` of `{"type": "text", "json_schema": null}`). Version 4: tool settings
+(`tool_choice`, `parallel_tool_calls`) are keyed whenever any field gives the model tools
+(Messages' `mcp_servers`, Responses' stored `prompt`), not only `tools`.
 
 This module must never depend on the server, the index or the files: it is the contract,
 tested directly.
@@ -53,7 +58,7 @@ import orjson
 from ..errors import BadRequest
 from .json_types import CLASSES, expected, type_name
 
-KEY_VERSION = 3
+KEY_VERSION = 4
 
 KEY, STRICT, IGNORED = "key", "strict", "ignored"
 
@@ -173,6 +178,9 @@ class Table:
         self.aliases = dict(aliases or {})
         self.by_name = {f.name: f for f in fields}
         assert len(self.by_name) == len(fields), "a field is in the table twice"
+        for f in fields:  # a rule that names no key field would drop its field always
+            assert all(n in self.by_name and self.by_name[n].role == KEY for n in f.needs), \
+                f"`{f.name}` needs {f.needs}: each must be a key field of the table"
         self._keyed = {f.name: f for f in fields if f.role == KEY and f.name not in own}
         self._not_strict = frozenset(f.name for f in fields if f.role != STRICT)
         self._strict_unset = {f.name: f.unset for f in fields if f.role == STRICT and f.unset}

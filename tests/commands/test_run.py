@@ -226,6 +226,23 @@ def test_never_asked_for_examples_name_each_place_once_with_its_unused_samples()
     assert first.endswith(": 2 of 3") and all(p.endswith(": 3 of 3") for p in places[1:])
 
 
+def test_the_report_of_a_damaged_index_says_what_it_cannot_list(tmp_path: Path) -> None:
+    """Its never-asked-for samples are listed from the index: where it is damaged, the
+    report says so instead of failing (the verdict fails the run on them anyway)."""
+    from replay_server.commands.run import report, verdict
+    from replay_server.commands.serve import open_run
+    from replay_server.settings import Settings
+    from replay_server.web.app import create_app
+    from tests.support import damaged_index
+
+    opened = open_run([damaged_index(tmp_path, "an answer's bytes")], Settings())
+    replayer = create_app(Settings(), opened.index).state.replayer
+    lines = report(replayer)
+    assert "saved samples never asked for: 120" in "\n".join(lines)
+    assert any("is damaged (a saved value fails its checksum)" in line for line in lines)
+    assert verdict(replayer, 0, allow_unused=False)[0] == 5  # no request reached it
+
+
 @pytest.mark.slow
 def test_stop_on_miss_counts_only_requests_with_an_outcome() -> None:
     """A request begun but not sent whole when COMMAND is stopped is cut off in flight."""
@@ -246,17 +263,21 @@ time.sleep(60)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("over", ["the saved file", "the same file by another path",
-                                  "the index file", "the index's saved file"])
+                                  "the index file", "the index's saved file",
+                                  "the saved file of an index built in its folder"])
 def test_the_report_never_replaces_an_input(tmp_path: Path, over: str) -> None:
     saved = tmp_path / "saved.jsonl"
     saved.write_bytes((ROOT / "examples" / "demo-run.jsonl").read_bytes())
     inputs = [str(saved)]
-    if "index" in over:
-        built = subprocess.run([*CLI[:3], "index", str(saved), "-o", str(tmp_path / "run.idx")],
-                               capture_output=True, text=True, cwd=ROOT)
+    if "index" in over:  # built from the absolute path, or in its folder from `saved.jsonl`
+        here = "in its folder" in over
+        built = subprocess.run([*CLI[:3], "index", saved.name if here else str(saved), "-o",
+                                str(tmp_path / "run.idx")], capture_output=True, text=True,
+                               cwd=tmp_path if here else ROOT)
         assert built.returncode == 0, built.stderr
         inputs = [str(tmp_path / "run.idx")]
     target = {"the saved file": str(saved), "the index's saved file": str(saved),
+              "the saved file of an index built in its folder": str(saved),
               "the same file by another path": str(tmp_path / "." / ".." / tmp_path.name /
                                                    "saved.jsonl"),
               "the index file": str(tmp_path / "run.idx")}[over]

@@ -1,11 +1,14 @@
 """The nearest-prompt catalog: of every saved prompt, the one sharing the longest prefix
-with the request, found by one bisection over the sorted prompts."""
+with the request, found by bisection over the sorted prompts; and, where a letter's case or
+a word more is the drift, the prompt it drifted from."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +16,8 @@ from replay_server.index.catalog import EMPTY, ListCatalog
 from replay_server.wire.difference import common_prefix
 
 # Few distinct bytes and short strings: long shared prefixes, duplicates, one prompt a
-# prefix of another, and ties between the two neighbours are common.
+# prefix of another, and ties between the two neighbours are common. (Lower-case letters
+# with no spaces: no letter case or word to edit, so the longest prefix is the nearest.)
 prompts = st.binary(max_size=12).map(lambda b: bytes(x % 3 + 97 for x in b))
 wheres = st.text(alphabet=st.sampled_from("ab:1\udc80é"), max_size=4)
 saved_rows = st.lists(st.tuples(prompts, wheres), max_size=60)
@@ -74,3 +78,44 @@ def test_realistic_prompts() -> None:
     for i in range(0, 1200, 7):
         found = catalog.nearest(orjson.dumps(chat(f"Question {i}: what is {i * 7}?!")))
         assert found == (chat(f"Question {i}: what is {i * 7}?"), f"run.jsonl:{i + 1}")
+
+
+def question(text: str) -> bytes:
+    return orjson.dumps({"kind": "chat", "messages": [{"role": "user", "content": text}]},
+                        option=orjson.OPT_SORT_KEYS)
+
+
+WORDS = ("what which how many is are was the a of in on to for and capital river "
+         "mountain city country largest oldest first number sum apples").split()
+SAVED = [(question(" ".join(random.Random(i).choices(WORDS, k=9)).capitalize() + "?"),
+          f"run.jsonl:{i + 1}") for i in range(3000)]
+TARGET = question("What is the capital of France?")
+UNRELATED = [(question("what about the weather in Paris?"), "other.jsonl:1"),
+             (question("What is the bigger number, 7 or 9?"), "other.jsonl:2")]
+CATALOG = ListCatalog([*SAVED, (TARGET, "run.jsonl:9999"), *UNRELATED])
+
+
+@pytest.mark.parametrize("asked", [
+    "what is the capital of france?", "WHAT IS THE CAPITAL OF FRANCE?",
+    "What is the Capital of France?", "what Is The Capital Of France?"])
+def test_a_prompt_differing_only_in_letter_case_is_paired_with_it(asked: str) -> None:
+    """Not with a prompt that shares more bytes first (`what about...`, `What is the
+    bigger...`)."""
+    assert CATALOG.nearest(question(asked)) == (orjson.loads(TARGET), "run.jsonl:9999")
+
+
+@pytest.mark.parametrize("asked", [
+    "What exactly is the capital of France?", "Please, what is the capital of France?",
+    "What is the capital city of France?"])
+def test_a_prompt_with_a_word_inserted_early_is_paired_with_it(asked: str) -> None:
+    assert CATALOG.nearest(question(asked)) == (orjson.loads(TARGET), "run.jsonl:9999")
+
+
+def test_a_miss_like_no_saved_prompt_is_still_paired_by_its_longest_prefix() -> None:
+    asked = question("What is the capital of Spain?")
+    found = CATALOG.closest(asked)
+    assert found is not None and CATALOG.prompt(found) == TARGET
+    unrelated = question("Zebras are striped.")
+    found = CATALOG.closest(unrelated)
+    longest = max(common_prefix(p, unrelated) for p, _ in CATALOG.items())
+    assert found is not None and common_prefix(CATALOG.prompt(found), unrelated) == longest

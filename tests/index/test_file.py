@@ -6,11 +6,13 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
 from replay_server.errors import LoadError
 from replay_server.index import file as index_file
+from replay_server.index.encoding import encode
 from replay_server.index.file import StoredIndex
 from replay_server.index.loading import load
 from replay_server.settings import Settings
@@ -19,8 +21,11 @@ from tests.support import (
     CLI,
     MODEL,
     ROOT,
+    assert_error,
     chat_record,
     chat_response,
+    damaged_answer,
+    damaged_index,
     serving,
     spawn,
     tokenizer_record,
@@ -51,7 +56,7 @@ def test_the_index_holds_exactly_what_loading_the_files_gives(built: Path) -> No
             run.records, run.samples, run.unusable_records)
         assert len(kept.entries) == len(run.entries)
         for key, value in run.entries.items():
-            assert index_file.encode(kept.entries.get(key)) == index_file.encode(value)  # type: ignore
+            assert encode(kept.entries.get(key)) == encode(value)  # type: ignore
         assert kept.entries.get(b"\0" * 16) is None
 
 
@@ -99,15 +104,6 @@ def test_an_index_is_served_alone(built: Path) -> None:
         open_run([built, SAVED[0]], Settings())
 
 
-def test_a_changed_source_is_reported(tmp_path: Path) -> None:
-    saved = write_jsonl(tmp_path / "run.jsonl", [chat_record("q", chat_response("a"))])
-    index = tmp_path / "run.idx"
-    index_file.write(load([saved], progress=False), index)
-    assert StoredIndex(index).stale_sources() == []
-    saved.write_bytes(saved.read_bytes() + b"\n")
-    assert StoredIndex(index).stale_sources() == [str(saved)]
-
-
 def test_the_index_file_keeps_the_catalog_and_finds_the_same_nearest_prompt(
         tmp_path: Path) -> None:
     """The file's prompt table holds the in-memory catalog's rows in its order, and the
@@ -125,6 +121,43 @@ def test_the_index_file_keeps_the_catalog_and_finds_the_same_nearest_prompt(
         for prompt, _ in list(memory.items())[::7]:
             for asked in (prompt, prompt[:-3] + b"zz" + prompt[-3:], prompt[:len(prompt) // 2]):
                 assert on_disk.nearest(asked) == memory.nearest(asked)
+
+
+@pytest.mark.http
+@pytest.mark.parametrize("damage", ["an answer's bytes", "a whole page"])
+def test_what_a_damaged_index_cannot_read_is_a_precise_400(tmp_path: Path,
+                                                            damage: str) -> None:
+    """Never a damaged answer served, never a 500 (clients retry those); the message
+    names the index file and how to rebuild it, and the server goes on serving the rest."""
+    index = damaged_index(tmp_path, damage)
+    refused = []
+    with serving([index]) as url, httpx.Client(base_url=url, timeout=30) as http:
+        for i in range(120):
+            for text in (f"question {i}", f"question {i}?"):  # a hit, and a miss
+                r = http.post("/chat/completions", json={"model": MODEL,
+                                                         "messages": user(text)})
+                if r.status_code == 200:
+                    assert r.json()["choices"][0]["message"]["content"] == damaged_answer(i)
+                    continue
+                error = assert_error(r, 400)
+                if error["code"] == "replay_unusable":
+                    assert f"the index file {index} is damaged" in error["message"]
+                    assert "replay-server index" in error["message"]
+                    refused.append(text)
+                else:
+                    assert error["code"] == "replay_no_match" and text.endswith("?")
+    assert ("question 57" if damage == "an answer's bytes" else "question 90") in refused
+    assert len(refused) < 40
+
+
+def test_a_damaged_table_read_at_start_is_refused(tmp_path: Path) -> None:
+    """What is read at start (the models, the prompt ranges, meta) is checked whole."""
+    index = damaged_index(tmp_path, "an answer's bytes")
+    with sqlite3.connect(index) as db:
+        db.execute("UPDATE models SET samples = samples - 1")
+    db.close()
+    with pytest.raises(LoadError, match="damaged"):
+        StoredIndex(index)
 
 
 def test_a_non_index_file_is_refused(tmp_path: Path) -> None:

@@ -272,7 +272,7 @@ def test_a_record_is_answered_in_every_form_saved_with_it_and_used_once() -> Non
 
 @pytest.mark.parametrize("system, difference", [
     (None, "message 0 (system): missing in the request"),
-    ("Be very brief.", "message 0 (system), character 3: the text differs")])
+    ("Be very brief.", "message 0 (system), character 3: the request has a word more")])
 def test_a_drifted_system_prompt_is_compared_with_the_same_document(
         system: str | None, difference: str) -> None:
     """The nearest prompt by prefix would be another document sharing the system text;

@@ -79,6 +79,28 @@ def test_tool_choice_counts_when_tools_are_given() -> None:
     assert chat_key(tools=[TOOL], tool_choice=None) == with_tools
 
 
+def test_legacy_functions_give_tools_too() -> None:
+    function = TOOL["function"]
+    with_functions = chat_key(functions=[function])
+    assert chat_key(functions=[function], function_call={"name": "add"}) != with_functions
+    assert chat_key(functions=[function], tool_choice="required") != with_functions
+    assert chat_key(functions=[function], parallel_tool_calls=False) != with_functions
+
+
+@pytest.mark.parametrize("endpoint", list(FAMILIES))
+def test_a_field_that_needs_another_names_key_fields_of_its_table(endpoint: str) -> None:
+    """`needs` names fields that reach the keyed prompt, or the field would always be
+    dropped (a misspelt name, a strict field): the table refuses such a rule."""
+    table = family_of(endpoint).table
+    for f in table.fields:
+        for name in f.needs:
+            assert table.by_name[name].role == keys.KEY, (f.name, name)
+    with pytest.raises(AssertionError, match="tool_choice"):
+        keys.Table("t", (keys.field("tools", keys.STRICT, "array", "r"),
+                         keys.field("tool_choice", keys.KEY, "string", "r",
+                                    needs=("tools", "tool"))), own=())
+
+
 def test_completion_prompts_string_and_token_ids_are_distinct() -> None:
     assert completion_key("abc") == completion_key("abc")
     assert completion_key("abc") != completion_key("abc ")
@@ -176,12 +198,12 @@ def test_any_change_to_a_text_a_role_the_order_or_the_tools_changes_the_key(
 # --- one engine, one version -------------------------------------------------------------
 
 PINNED: dict[str, tuple[str, dict[str, Any], list[str]]] = {  # name -> (endpoint, request,
-    # the hex of its keys), at KEY_VERSION 3
+    # the hex of its keys), at KEY_VERSION 4
     "chat": ("/v1/chat/completions", {
         "model": "m", "temperature": 0, "messages": [
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}]}]},
-        ["4f72ca40a440a02e317674184c1c8c5f"]),
+        ["eb51225ea6fb191e606f08bd67cd0ae4"]),
     "chat-tools-echo": ("/v1/chat/completions", {
         "messages": [{"role": "user", "content": "Add 1 and 2.", "name": None},
                      {"role": "assistant", "content": "Calling"}],
@@ -189,27 +211,31 @@ PINNED: dict[str, tuple[str, dict[str, Any], list[str]]] = {  # name -> (endpoin
             "type": "object", "properties": {"b": {"type": "integer"},
                                              "a": {"type": "integer"}}}}}],
         "tool_choice": "auto", "echo": True, "response_format": {"type": "text"}},
-        ["ac383f4bb3d62e6b1a8688e7668c0e82"]),
+        ["2e94a9da8e6a03e47177e213e94a48a9"]),
     "completion": ("/v1/completions", {"prompt": "Question: 2+2=\nAnswer:", "max_tokens": 5},
-                   ["1ac26e41c0f1f5dec2516331aeada8a0"]),
+                   ["5f826fedc573bae2ae27e3fd67818742"]),
     "completion-token-ids-batch": ("/v1/completions", {
         "prompt": [[1, 2, 3], [4, 5]], "echo": True, "logprobs": 1},
-        ["473c8a3c590eca1eba94bcec3a84d7b2", "927e3efa5e87088443d4ce480d29ac70"]),
+        ["5afa902e49f553a1b5ec7bc11ea3f9ea", "543468007a5aef8e1926b58f64c85934"]),
     "responses": ("/v1/responses", {
         "input": "What is 2+2?", "instructions": "Be brief.",
-        "text": {"format": {"type": "text"}}}, ["bafb628be09400b7868ee305a28740a7"]),
+        "text": {"format": {"type": "text"}}}, ["e786b633d1fb3217fef550cb64cbffc1"]),
     "messages": ("/v1/messages", {
         "model": "m", "max_tokens": 64, "system": [{"type": "text", "text": "Be brief."}],
         "messages": [{"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}]}],
         "thinking": {"type": "enabled", "budget_tokens": 1024}, "anthropic-beta": "b-1,a-2"},
-        ["c0b1c32c7ce82a46a83d528a525e26e5"]),
+        ["eeb6ca26dbcdcb98115ff1be8370320c"]),
     "count_tokens": ("/v1/messages/count_tokens", {
         "model": "m", "messages": [{"role": "user", "content": "What is 2+2?"}]},
-        ["7ef6697b7aa8d8c81791cc4c4d4ca6ed"]),
+        ["07daf08ac754c6fe1bda999f55103c4b"]),
     "responses-items": ("/v1/responses", {
         "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
         "tools": [{"type": "function", "name": "f", "parameters": {"b": 1, "a": None}}],
-        "tool_choice": "required"}, ["63bb742e6cd3853794d7fb50362dd104"]),
+        "tool_choice": "required"}, ["930748aa19385cc65de46c7e70eda6f5"]),
+    "messages-mcp": ("/v1/messages", {
+        "max_tokens": 64, "messages": [{"role": "user", "content": "Add 1 and 2."}],
+        "mcp_servers": [{"type": "url", "name": "calc", "url": "https://mcp.example.com"}],
+        "tool_choice": {"type": "any"}}, ["325e62b073f137c59866e20a0a6daf51"]),
 }
 
 
@@ -221,7 +247,7 @@ def test_the_bytes_of_keys_are_pinned(name: str) -> None:
     request = family_of(endpoint).parse(orjson.dumps(body))
     if not request.keys:
         request.key(None)  # (Responses: keyed once the model is known)
-    assert keys.KEY_VERSION == 3
+    assert keys.KEY_VERSION == 4
     assert [k.hex() for k in request.keys] == pinned
 
 

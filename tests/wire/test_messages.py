@@ -64,6 +64,21 @@ def test_sampling_and_bookkeeping_are_not_keyed() -> None:
     assert key({"messages": HELLO}, [(b"anthropic-version", b"2023-06-01")]) == plain
 
 
+MCP = [{"type": "url", "name": "calc", "url": "https://mcp.example.com/sse"}]
+TOOL = [{"name": "add", "input_schema": {"type": "object"}}]
+
+
+@pytest.mark.parametrize("tools", [{"tools": TOOL}, {"mcp_servers": MCP},
+                                   {"tools": TOOL, "mcp_servers": MCP}],
+                         ids=["tools", "mcp_servers", "both"])
+def test_tool_choice_is_keyed_whichever_field_gives_the_tools(tools: dict[str, Any]) -> None:
+    """An MCP server's tools are tools: forcing a call to one is not a plain answer."""
+    plain = key({"messages": HELLO, **tools})
+    assert key({"messages": HELLO, **tools, "tool_choice": {"type": "any"}}) != plain
+    assert key({"messages": HELLO, **tools, "tool_choice": {"type": "none"}}) != plain
+    assert key({"messages": HELLO, **tools, "tool_choice": {"type": "auto"}}) == plain
+
+
 def test_the_beta_header_is_keyed_its_names_in_any_order() -> None:
     one = key({"messages": HELLO}, [(b"anthropic-beta", b"a-1,b-2")])
     assert one != key({"messages": HELLO})
@@ -180,4 +195,4 @@ def test_the_error_envelope_is_anthropics() -> None:
 def test_keys_are_pinned() -> None:
     prompt = FAMILY.parse(orjson.dumps({"model": "m", "messages": HELLO})).prompts[0]
     assert keys.canonical(prompt) == \
-        b'{"kind":"messages","messages":[{"content":"Hello","role":"user"}],"v":3}'
+        b'{"kind":"messages","messages":[{"content":"Hello","role":"user"}],"v":4}'

@@ -83,7 +83,7 @@ def test_detokenize_keys_the_ids_in_order() -> None:
 def test_the_key_bytes_are_pinned() -> None:
     """A change to how a tokenizer request is keyed is a new KEY_VERSION."""
     canonical = keys.canonical(tokenizer.table_of("/tokenize", PROMPT).prompt(PROMPT, {}))
-    assert canonical == b'{"kind":"tokenize","prompt":"Hello world","v":3}'
+    assert canonical == b'{"kind":"tokenize","prompt":"Hello world","v":4}'
 
 
 @pytest.mark.parametrize(("endpoint", "body", "param"), [

@@ -11,7 +11,7 @@ two forms alike:
    schema;
 3. `tools: []`, `stop_sequences: []`, `thinking: {"type": "disabled"}` and
    `tool_choice: {"type": "auto"}` (the API's default) are unset; `tool_choice` means
-   nothing when no tools are given.
+   nothing when no tools are given (neither `tools` nor `mcp_servers`).
 Not normalised: `thinking` blocks and their `signature` (the client sends back what the
 saved answer held), `cache_control` markers, block order, roles, and any text.
 
@@ -105,7 +105,9 @@ def betas(value: Any) -> Any:
     return sorted({name.strip() for v in values for name in v.split(",") if name.strip()})
 
 
-_TOOLS = ("tools",)
+# Every field that gives the model tools: `tool_choice` acts on any of them (an MCP
+# server's tools are called as `mcp_tool_use` blocks, and `{"type": "any"}` forces one).
+_TOOLS = ("tools", "mcp_servers")
 
 # The fields of a Messages request that count_tokens takes too (its whole body).
 PROMPT_FIELDS = (
@@ -123,8 +125,8 @@ PROMPT_FIELDS = (
           "the conversation the model sees"),
     # --- what the model may emit ---
     field("tool_choice", KEY, "object", "forces, forbids or allows a tool call (dropped "
-          "when no tools are given; `auto` is the default)", unset=({"type": "auto"},),
-          needs=_TOOLS),
+          "when neither `tools` nor `mcp_servers` gives tools; `auto` is the default)",
+          unset=({"type": "auto"},), needs=_TOOLS),
     field("thinking", KEY, "object", "extended thinking on, and its budget: the model "
           "thinks before answering", unset=({"type": "disabled"},)),
     field("output_format", KEY, "object", "structured outputs: the answer follows a JSON "

@@ -17,7 +17,8 @@ the same to the model:
    schema, `structured_outputs`), whose key order is kept too;
 5. `text: {format: {type: text}}` is unset, as are `tools: []`, `reasoning: {}`,
    `truncation: "disabled"`, `parallel_tool_calls: true`; `tool_choice` and
-   `parallel_tool_calls` mean nothing when no tools are given.
+   `parallel_tool_calls` mean nothing when no tools are given (neither `tools` nor a
+   stored `prompt`, which may carry tools).
 Not normalised: item `id`s and `status`es in the input (vLLM continues an assistant message
 whose `status` is `in_progress`), `call_id`s (some chat templates render them),
 `instructions` vs a leading system/developer message (rendered differently by OpenAI),
@@ -93,7 +94,9 @@ def text(value: Any) -> Any:
     return out
 
 
-_TOOLS = ("tools",)
+# Every field that gives the model tools: a stored prompt template (`prompt`) can carry
+# tools of its own, which `tool_choice` and `parallel_tool_calls` then act on.
+_TOOLS = ("tools", "prompt")
 
 FIELDS = (
     # --- what the model sees ---
@@ -125,10 +128,10 @@ FIELDS = (
           "tokens", unset=({},), form=verbatim),
     # --- what the model may emit ---
     field("tool_choice", KEY, "string|object", "forces, forbids or allows a tool call "
-          "(dropped when no tools are given)", needs=_TOOLS),
+          "(dropped when neither `tools` nor a stored `prompt` gives tools)", needs=_TOOLS),
     field("parallel_tool_calls", KEY, "boolean", "whether several tool calls may be emitted "
-          "(dropped when no tools are given; true is the default)", unset=(True,),
-          needs=_TOOLS),
+          "(dropped when neither `tools` nor a stored `prompt` gives tools; true is the "
+          "default)", unset=(True,), needs=_TOOLS),
     field("text", KEY, "object", "`format` constrains the answer to JSON or a schema "
           "(`{type: text}` is the default); `verbosity` tells how long to answer",
           unset=({},), form=text),

@@ -485,6 +485,15 @@ def test_tool_fields_count_only_with_tools_and_schemas_stay_verbatim() -> None:
         text={"format": {**schema, "schema": {"a": None, "b": 1}}})
 
 
+def test_tool_fields_count_with_a_stored_prompt_which_may_hold_tools() -> None:
+    """A stored prompt template (`prompt`) can give the model tools the request does not
+    list: forcing a call (or parallel calls) then changes the answer."""
+    stored = key(prompt={"id": "pmpt_1"})
+    assert key(prompt={"id": "pmpt_1"}, tool_choice="required") != stored
+    assert key(prompt={"id": "pmpt_1"}, parallel_tool_calls=False) != stored
+    assert key(prompt={"id": "pmpt_1"}, parallel_tool_calls=True) == stored
+
+
 def test_echoed_output_items_match_with_or_without_their_empty_lists_and_nulls() -> None:
     turn: list[dict[str, Any]] = [{"role": "user", "content": USER},
             {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",

@@ -1,0 +1,103 @@
+"""What an index file was built from, and whether that changed since: an index is served
+only while it is what a load of its saved files would give.
+
+An index file keeps, by absolute path (never relative to the folder `index` ran in, so
+that the answers below are the same from any folder): the arguments it was built from,
+each saved file with its size and mtime before it was read, each directory argument's
+files as walked, and every directory walked. From them:
+- `Sources.stale` is the one staleness check: a saved file changed (size or mtime: a
+  touched file counts), a directory lost one, or gained one in a format a load reads.
+  `Sources.refuse_stale` turns it into a LoadError that names them and gives the command
+  that rebuilds the index: serving it would answer with what the files held then, and a
+  stale answer served quietly is the worst a replay can do;
+- `Sources.inputs`: the index and everything it was built from, as inputs that no output
+  of a command may replace (`Plan.refuse_output`), as when the saved files are served.
+A saved file that is not there at all (the index copied to another machine) cannot be
+checked: `Sources.missing`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..errors import LoadError
+from ..saved.loader import Plan, claimed, listing
+
+
+def record(plan: Plan) -> dict[str, str]:
+    """The index file's `meta` rows that say what it was built from."""
+    def text(value: Any) -> str:
+        return orjson.dumps(value).decode()
+
+    return {"inputs": text([str(p) for p in plan.arguments]),
+            "sources": text([{"file": str(p.absolute()), "size": plan.stamps[p][0],
+                              "mtime": plan.stamps[p][1]} for _, p in plan.files]),
+            "folders": text({str(k): [str(p) for p in v] for k, v in plan.listed.items()}),
+            "walked": text(sorted(str(f) for f in plan.folders))}
+
+
+class Sources:
+    """What the index file `path` was built from, as its `meta` rows say."""
+
+    def __init__(self, path: Path, meta: Mapping[str, str]) -> None:
+        self.path = path
+        self.arguments: list[str] = orjson.loads(meta.get("inputs", "[]"))
+        self.files: list[dict[str, Any]] = orjson.loads(meta.get("sources", "[]"))
+        self.folders: dict[str, list[str]] = orjson.loads(meta.get("folders", "{}"))
+        self.walked: list[str] = orjson.loads(meta.get("walked", "[]"))
+
+    def stale(self) -> list[str]:
+        """What changed since the index was built, each `FILE (changed)`, `FILE (gone)`
+        (from a directory it read that is still here) or `FILE (new)` (in such a
+        directory)."""
+        stale = []
+        for source in self.files:
+            try:
+                st = os.stat(source["file"])
+            except OSError:
+                continue
+            if (st.st_size, st.st_mtime) != (source["size"], source["mtime"]):
+                stale.append(f"{source['file']} (changed)")
+        read = {s["file"] for s in self.files}
+        for folder, files in self.folders.items():
+            if not os.path.isdir(folder):
+                continue
+            now = {str(p): p for p in listing(Path(folder))}
+            stale += [f"{f} (gone)" for f in files if f in read and f not in now]
+            stale += [f"{f} (new)" for f, p in now.items() if f not in files and claimed(p)]
+        return stale
+
+    def missing(self) -> list[str]:
+        """The saved files it was built from that are not here, nor their directory."""
+        folders = [f + os.sep for f in self.folders if os.path.isdir(f)]
+        return [s["file"] for s in self.files if not os.path.exists(s["file"])
+                and not any(s["file"].startswith(f) for f in folders)]
+
+    def refuse_stale(self) -> None:
+        """LoadError if the index is stale (`stale`), naming what changed and giving the
+        command that rebuilds it."""
+        stale = self.stale()
+        if not stale:
+            return
+        shown = "; ".join(stale[:5]) + (f"; and {len(stale) - 5} more" if len(stale) > 5
+                                         else "")
+        raise LoadError(str(self.path), None, f"the saved files it was built from changed "
+                        f"since: {shown}. It would serve what they held then: rebuild it "
+                        f"with `replay-server index {shlex.join(self.arguments)} -o "
+                        f"{shlex.quote(str(self.path.absolute()))}` (with the options it was "
+                        "built with), or serve the saved files themselves")
+
+    def inputs(self) -> Plan:
+        """The index file and what it was built from, as inputs no output may replace:
+        its saved files, and anything in a directory it read."""
+        inputs = Plan()
+        for path in [self.path, *(Path(s["file"]) for s in self.files)]:
+            inputs.keep(path)
+        inputs.folders.update(Path(f) for f in self.walked)
+        return inputs
