@@ -23,6 +23,7 @@ import hmac
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -44,6 +45,7 @@ from .recorder import Recorder
 from .routes import router
 from .schema import openapi
 from .upstream import Upstream
+from .writes import when_sent
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,9 @@ class ReplayEndpoint:
     one start and one body message. The headers alone can decide it (a missing or wrong
     API key, a Content-Length over --max-body-size); else the body, received whole (a
     client too slow to send it is cut off by `guarded.GuardedProtocol`, one that leaves
-    gets nothing), goes to the Replayer."""
+    gets nothing: cut off in flight), goes to the Replayer, which takes the samples that
+    answer it. They are counted used once the server says the answer left
+    (`writes.when_sent`), and given back if it never did."""
 
     def __init__(self, replayer: Replayer, endpoint: str, max_body: int,
                  api_key: bytes | None = None, upstream: Upstream | None = None) -> None:
@@ -91,6 +95,7 @@ class ReplayEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.replayer.stats.requests += 1
+        reply = None
         try:
             if self.api_key is not None and not authorized(scope["headers"], self.api_key):
                 raise self._counted(unauthorized())
@@ -111,15 +116,22 @@ class ReplayEndpoint:
             if self.tokenizer:  # counts what it raises, apart
                 headers, data = self.replayer.tokenizer.answer(self.endpoint, body)
             else:  # (it counts what it raises)
-                reply = self.replayer.handle(self.endpoint, body, scope["headers"])
+                reply = self.replayer.take(self.endpoint, body, scope["headers"])
                 headers, data = reply.headers, reply.body
             status = 200
         except ReplayServerError as error:
             status, headers, data = errors.render(error, self.envelope)
         except Exception as exc:
             status, headers, data = errors.render(self._counted(internal_error(exc)), self.envelope)
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
+        try:
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": data})
+        except BaseException:
+            if reply is not None:
+                self.replayer.settle(reply, False)
+            raise
+        if reply is not None:  # a hit once it left; else its samples are given back
+            when_sent(scope, partial(self.replayer.settle, reply))
 
     def _counted(self, error: ReplayServerError) -> ReplayServerError:
         """An error that `handle` does not count, counted."""
