@@ -296,8 +296,8 @@ class _CommandAfterDashes(click.Command):
               help="The default now; kept so that older scripts still run.")
 @click.option("--stop-on-miss", is_flag=True,
               help="Stop COMMAND at the first request that gets no saved generation; the "
-              "report then counts only requests that got an answer (hit or error), not "
-              "those cut off in flight.")
+              "report then counts only requests that got an answer (hit or error): those "
+              "the stop left without one are said apart and do not fail the run again.")
 @click.option("--report", "report_to", type=click.Path(dir_okay=False, path_type=Path),
               help="Write one JSON line per distinct request to this file: answered (from "
               "which saved records) or not (the error, the nearest saved prompt, and where "
@@ -331,7 +331,8 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
     \b
     Exit status, the first that applies:
       2  the saved run could not be loaded, or a bad option (COMMAND never ran)
-      3  a request got no saved generation (even if COMMAND failed too)
+      3  a request got no saved generation, or reached the server and got no answer
+         (cut off in flight, never delivered) (even if COMMAND failed too)
       6  a request forwarded to --upstream got no answer to save
       COMMAND's own status, if it failed
       5  no request reached the server

@@ -226,14 +226,33 @@ def test_never_asked_for_examples_name_each_place_once_with_its_unused_samples()
     assert first.endswith(": 2 of 3") and all(p.endswith(": 3 of 3") for p in places[1:])
 
 
-@pytest.mark.slow
-def test_stop_on_miss_counts_only_requests_with_an_outcome() -> None:
-    """A request begun but not sent whole when COMMAND is stopped is cut off in flight."""
-    script = ASK + """
-import socket, time
+HALF_SENT = """
+import socket
 half = socket.create_connection(("127.0.0.1", client.base_url.port))
 half.sendall(b"POST /v1/chat/completions HTTP/1.1\\r\\nHost: x\\r\\n"
              b"Content-Type: application/json\\r\\nContent-Length: 1000\\r\\n\\r\\n{")
+"""
+
+
+@pytest.mark.slow
+def test_a_request_cut_off_in_flight_fails_the_run() -> None:
+    """A client that sends half a body and gives up (the harness scores the item as
+    failed): the request reached the server and got no answer."""
+    result = run("--", sys.executable, "-c", ALL + HALF_SENT + "half.close()")
+    assert result.returncode == 3, result.stderr
+    assert "5 prompts answered; errors: none; saved samples never asked for: 0" in result.stderr
+    assert "1 more request(s) reached the server and got no answer: 1 cut off in flight " \
+        "(begun, never received whole: its client left or stopped sending)" in result.stderr
+    assert "replay-server run: 1 request(s) reached the server and got no answer: failing" \
+        in result.stderr
+
+
+@pytest.mark.slow
+def test_stop_on_miss_counts_only_requests_with_an_outcome() -> None:
+    """A request begun but not sent whole when COMMAND is stopped is cut off in flight:
+    it does not fail the run again."""
+    script = ASK + HALF_SENT + """
+import time
 time.sleep(0.5)
 chat('Name a colour')
 time.sleep(60)
@@ -241,7 +260,9 @@ time.sleep(60)
     result = run("--stop-on-miss", "--", sys.executable, "-c", script)
     assert result.returncode == 3, result.stderr
     assert "requests: 1 (0 answered from the saved run, 1 got no saved generation)" in result.stderr
-    assert "1 more request(s) were cut off in flight" in result.stderr
+    assert "1 more request(s) reached the server and got no answer: 1 cut off in flight " \
+        "(begun, never received whole: its client left or stopped sending); run stopped " \
+        "COMMAND at the first miss (--stop-on-miss): they do not fail it again" in result.stderr
 
 
 @pytest.mark.slow
