@@ -12,9 +12,10 @@ Exit status, the first that applies:
 - 2: the saved run cannot be loaded (a bad file, FILE:LINE), or a bad option: COMMAND
   never ran;
 - MISSED (3): a request got no saved generation: a replay error, or any other error
-  answer to a POST or a /v1 route (a malformed request, an unknown model, a body too
-  large, a wrong API key, an unknown route, an internal error); or a request reached the
-  server and got no answer: cut off in flight (begun,
+  answer to a request that may have cost a generation, one on a generation endpoint or
+  one that sends something (a malformed request, an unknown model, a body too large, a
+  wrong API key, a misspelled endpoint, an internal error; a probe of the base URL is
+  none); or a request reached the server and got no answer: cut off in flight (begun,
   never received whole), or answered but never delivered (its client left first),
   whoever stopped it, except when run itself stopped COMMAND (--stop-on-miss: the miss
   already fails it). It outranks COMMAND's own failure: harnesses that exit non-zero when

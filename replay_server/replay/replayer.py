@@ -353,10 +353,14 @@ class Replayer:
         headers = [(SOURCE_HEADER, _header_value(exchange.where))]
         if stream:
             self._check_frames(None, RESPONSES_PATH, [[(exchange, None)]])
-            return Reply(SSE_HEADERS + headers,
-                         family_of(RESPONSES_PATH).stream([[(exchange, None)]], False))
-        body = exchange.body
-        return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers], body)
+            reply = Reply(SSE_HEADERS + headers,
+                          family_of(RESPONSES_PATH).stream([[(exchange, None)]], False))
+        else:
+            body = exchange.body
+            reply = Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers],
+                          body)
+        self.stats.answered += 1  # (a saved generation, though it takes no sample)
+        return reply
 
     def count(self, model: str | None, endpoint: str, error: ReplayServerError,
               asked: str | None = None) -> None:

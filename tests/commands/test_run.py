@@ -248,6 +248,29 @@ def test_a_request_cut_off_in_flight_fails_the_run() -> None:
 
 
 @pytest.mark.slow
+def test_a_probe_of_the_base_url_is_no_miss() -> None:
+    """garak checks that its server is up with `GET /v1/` (its default URL ends in a
+    slash): answered as vLLM answers it, 404, and a faithful rescoring still passes."""
+    probe = ASK + """
+import httpx
+print(httpx.get(os.environ["OPENAI_BASE_URL"] + "/").status_code,
+      httpx.get(os.environ["OPENAI_BASE_URL"]).status_code)
+""" + ALL.removeprefix(ASK)
+    result = run("--", sys.executable, "-c", probe)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "404 404"
+    misspelled = ASK + """
+try:
+    client.post("/chat/completion", body={}, cast_to=object)
+except openai.NotFoundError:
+    print("swallowed")
+"""
+    result = run("--allow-unused", "--", sys.executable, "-c", misspelled)
+    assert result.returncode == 3, result.stderr
+    assert "other error answers: 404 x1" in result.stderr
+
+
+@pytest.mark.slow
 def test_stop_on_miss_counts_only_requests_with_an_outcome() -> None:
     """A request begun but not sent whole when COMMAND is stopped is cut off in flight:
     it does not fail the run again."""
