@@ -302,8 +302,8 @@ class _CommandAfterDashes(click.Command):
               help="The default now; kept so that older scripts still run.")
 @click.option("--stop-on-miss", is_flag=True,
               help="Stop COMMAND at the first request that gets no saved generation; the "
-              "report then counts only requests that got an answer (hit or error), not "
-              "those cut off in flight.")
+              "report then counts only requests that got an answer (hit or error): those "
+              "the stop left without one are said apart and do not fail the run again.")
 @click.option("--max-attempts", type=click.IntRange(min=0), default=MAX_ATTEMPTS,
               show_default=True,
               metavar="N",

@@ -53,7 +53,8 @@ EXITS: dict[str, tuple[Exit, ...]] = {
                 Exit(DONE, "every paired verdict agrees, nothing unpaired")),
     "run": (Exit(BAD, "the saved run could not be loaded, or a bad option or output path "
                  "(COMMAND never ran)"),
-            Exit(MISSED, "a request got no saved generation (even if COMMAND failed too)"),
+            Exit(MISSED, "a request got no saved generation, or reached the server and got no "
+                 "answer (even if COMMAND failed too)"),
             Exit(UPSTREAM_FAILED, "a request forwarded to --upstream got no answer to save"),
             Exit(None, "when it failed (and every request it sent was answered); 128+N "
                  "when signal N (SIGINT, SIGTERM, SIGHUP) stopped run, and with it COMMAND"),

@@ -15,9 +15,15 @@ Exit status, the first that applies (the codes, and what `--help` says of them: 
 - 2: the saved run cannot be loaded (a bad file, FILE:LINE), or a bad option: COMMAND
   never ran;
 - MISSED (3): a request got no saved generation: a replay error, or any other error
-  answer to a POST or a /v1 route (a malformed request, an unknown model, a body too
-  large, a wrong API key, an unknown route, an internal error). It outranks COMMAND's
-  own failure: harnesses that exit non-zero when items fail would otherwise hide it.
+  answer to a request that may have cost a generation, one on a generation endpoint or
+  one that sends something (a malformed request, an unknown model, a body too large, a
+  wrong API key, a misspelled endpoint, an internal error; a probe of the base URL is
+  none); or a request reached the server and got no answer: cut off in flight (begun,
+  never received whole), or answered but never delivered (its client left first),
+  whoever stopped it, except when run itself stopped COMMAND (--stop-on-miss,
+  --max-attempts, a signal: the miss or the signal already decides the status). It
+  outranks COMMAND's own failure: harnesses that exit non-zero when items fail would
+  otherwise hide it.
   A tokenizer call (vLLM's /tokenize, ...) that went unanswered is no such request: it
   carries no generation, so it is reported loudly but fails the run only with --strict;
 - UPSTREAM_FAILED (6): with --upstream, a request forwarded there got no answer to save
@@ -63,8 +69,9 @@ from .serve import open_run, upstream_of
 SHOWN = 20
 
 
-def report(replayer: Replayer) -> list[str]:
-    """What happened, for a human: answers, failures with reasons, unused samples."""
+def report(replayer: Replayer, stopped: bool = False) -> list[str]:
+    """What happened, for a human: answers, failures with reasons, unused samples;
+    `stopped`: run stopped COMMAND (a miss, --max-attempts, a signal)."""
     stats = replayer.stats
     resets = f", {stats.resets} reset(s)" if stats.resets else ""
     sent = sum(sum(c.values()) for c in stats.forwarded.values())
@@ -73,10 +80,7 @@ def report(replayer: Replayer) -> list[str]:
              f"answered from the saved run, {stats.failed()} got no saved generation"
              f"{upstream}{resets})"]
     lines += tokenizer_lines(replayer)
-    if stats.in_flight():
-        lines.append(f"  {stats.in_flight()} more request(s) were cut off in flight (begun, "
-                     "never sent whole: COMMAND was stopped or its client left); they have "
-                     "no outcome and are not counted")
+    lines += unanswered_lines(replayer, stopped)
     for name, outcome in stats.per_model().items():
         errors = ", ".join(f"{k}={outcome[k]}" for k in REPLAY_CODES if outcome[k])
         lines.append(f"  model {name}: {outcome['hits']} prompts answered; "
@@ -113,6 +117,23 @@ def report(replayer: Replayer) -> list[str]:
         lines.append(f"  ... and {len(failures) - SHOWN} more (GET /replay/misses while "
                      "serving lists the latest)")
     return lines
+
+
+def unanswered_lines(replayer: Replayer, stopped: bool) -> list[str]:
+    """The requests that reached the server and got no answer: cut off in flight, or
+    answered but never delivered (no saved sample was used for them)."""
+    stats = replayer.stats
+    cut, undelivered = stats.in_flight(), stats.undelivered
+    if not cut + undelivered:
+        return []
+    kinds = ([f"{cut} cut off in flight (begun, never received whole: its client left or "
+              "stopped sending)"] if cut else []) + (
+        [f"{undelivered} answered but never delivered (its client left first; the saved "
+         "samples it carried were given back)"] if undelivered else [])
+    why = ("run stopped COMMAND (see below): they do not fail it again" if stopped
+           else "each fails the run")
+    return [f"  {cut + undelivered} more request(s) reached the server and got no answer: "
+            f"{', '.join(kinds)}; {why}"]
 
 
 def forwarded_lines(replayer: Replayer) -> list[str]:
@@ -199,13 +220,18 @@ def write_report(path: Path, replayer: Replayer) -> int:
 
 
 def verdict(replayer: Replayer, code: int, allow_unused: bool,
-            status_of: str | None = None) -> tuple[int, str]:
+            status_of: str | None = None, stopped: bool = False) -> tuple[int, str]:
     """The exit status, the first that applies (see the module docstring), and why;
-    `status_of`: what COMMAND's non-zero `code` means."""
+    `status_of`: what COMMAND's non-zero `code` means; `stopped`: run stopped COMMAND (a
+    miss, --max-attempts, a signal), so requests the stop left without an answer do not
+    fail the run again."""
     stats = replayer.stats
     if stats.failures:
         return MISSED, (f"{len(stats.failures)} distinct request(s) got no saved generation "
                         f"({stats.failed()} attempt(s)): failing")
+    no_answer = stats.in_flight() + stats.undelivered
+    if no_answer and not stopped:
+        return MISSED, f"{no_answer} request(s) reached the server and got no answer: failing"
     unanswered = stats.tokenizer["unanswered"]
     if unanswered and replayer.rules.strict:
         return MISSED, (f"{unanswered} tokenizer call(s) went unanswered, and --strict "
@@ -257,7 +283,7 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
             replayer.stats.tracked = {}
         code, ran = _serve_command(app, settings, command, (stop_on_miss, max_attempts),
                                    say, base_url_vars)
-    for line in report(replayer):
+    for line in report(replayer, ran.why is not None):
         say(line)
     if report_to is not None:
         count = write_report(report_to, replayer)
@@ -278,7 +304,8 @@ def _conclude(replayer: Replayer, code: int, ran: Command, allow_unused: bool,
     if not at_miss and code != 0 and (replayer.stats.failures or
                                       replayer.stats.forward_failures):
         say(f"replay-server run: {status_of}")  # (outranked)
-    status, why = verdict(replayer, 0 if at_miss else code, allow_unused, status_of)
+    status, why = verdict(replayer, 0 if at_miss else code, allow_unused, status_of,
+                          ran.why is not None)
     say(f"replay-server run: {why}")
     return status
 

@@ -14,7 +14,8 @@ Applied by `choose`, to the entry a request's key found (docs/design.md, "Sample
 6. `n` equal to an instance's saved count: that instance, whole, any number of times (with
    several such instances under `--allow-ambiguous`: one after the other, per `n`).
    `n=1` against several samples: the samples in saved order, one per call (the per-key
-   cursor, the only state), then `replay_exhausted`. Anything else: `replay_n_mismatch`.
+   cursor, the only state: which samples are taken), then `replay_exhausted`. Anything
+   else: `replay_n_mismatch`.
 
 Then, for a streamed request only, what is sent for the samples chosen (`streamed`): when
 they are not one recorded stream themselves but a saved exchange recorded streamed holds
@@ -48,6 +49,14 @@ class Rules:
 
 
 Cursors = Mapping[Any, int]
+"""Per cursor key, the saved samples taken, a bit each (the sample at place i: bit i). A
+call gets the first one not taken: the next in saved order, or one given back (its answer
+was never delivered) before any after it."""
+
+
+def first_free(taken: int) -> int:
+    """The place of the first sample not taken."""
+    return (~taken & (taken + 1)).bit_length() - 1
 
 
 def generation_id(choice: dict[str, Any]) -> bytes:
@@ -113,9 +122,10 @@ def seeds(instances: list[Instance]) -> dict[int, tuple[Exchange, int | None]] |
 
 def choose(entry: Entry | Exchange, n: int, params: bytes, seed: Any, rules: Rules,
            cursors: Cursors, cursor_key: Any) -> tuple[Selection, tuple[Any, int] | None]:
-    """The saved samples that answer a request for `n` samples, and the cursor move to
-    commit once the whole request is answered (None: no move). Raises a ReplayError when
-    nothing fits; `cursors` is only read. `params` are the request's canonical sampling
+    """The saved samples that answer a request for `n` samples, and the one it takes from
+    a cursor, as (cursor key, place), for the caller to mark taken once the whole request
+    is decided (None: none). Raises a ReplayError when nothing fits; `cursors` is only
+    read. `params` are the request's canonical sampling
     parameters (strict mode only), `seed` its `seed`."""
     if isinstance(entry, Exchange):
         if n == 1 and (not rules.strict or entry.params == params):
@@ -141,22 +151,22 @@ def choose(entry: Entry | Exchange, n: int, params: bytes, seed: Any, rules: Rul
         raise _ambiguous(instances)
     if n == 1:
         samples = [s for i in instances for s in i.samples()]
-        done = cursors.get(cursor_key, 0)
-        if done >= len(samples):
+        place = first_free(cursors.get(cursor_key, 0))
+        if place >= len(samples):
             raise Exhausted(f"all {len(samples)} saved samples of this prompt were already "
                             "served (n=1 calls get them one by one, in saved order); this "
                             "call asks for one more. POST /replay/reset starts over"
                             + (", or send the saved seeds" if entry.by_seed else "") + ".",
                             param="n")
-        return [samples[done]], (cursor_key, done + 1)
+        return [samples[place]], (cursor_key, place)
     fits = [i for i in instances if i.size == n]
     if len(fits) > 1:  # only under --allow-ambiguous: the instances in saved order
-        done = cursors.get((cursor_key, n), 0)
-        if done >= len(fits):
+        place = first_free(cursors.get((cursor_key, n), 0))
+        if place >= len(fits):
             raise Exhausted(f"all {len(fits)} saved instances with n={n} samples of this "
                             "prompt were already served. POST /replay/reset starts over.",
                             param="n")
-        return fits[done].whole(), ((cursor_key, n), done + 1)
+        return fits[place].whole(), ((cursor_key, n), place)
     return _whole(instances, n), None
 
 

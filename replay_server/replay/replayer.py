@@ -1,10 +1,12 @@
 """The replay service: one request body in, one reply out. No HTTP framework in here.
 
 It parses the request (its API family), picks the saved samples for every prompt (index rules),
-makes the reply, and only then commits the cursor moves and counts the hit, so a failed
-request never consumes a sample and the match is decided before any byte of a stream is
-sent. A request for a model the saved runs do not have may instead go upstream (a judge:
-`forwards` decides, the web layer forwards, `forwarded` counts); a saved model never does.
+makes the reply, and only then takes the samples from the cursors, so a failed request
+never consumes a sample and the match is decided before any byte of a stream is sent. The
+hit is counted once the answer is delivered (`settle`); an answer that never left gives
+its samples back, so that a client gone first uses none up. A request for a model the
+saved runs do not have may instead go upstream (a judge: `forwards` decides, the web
+layer forwards, `forwarded` counts); a saved model never does.
 It also keeps the counters and the recent misses that the status endpoints report,
 and logs once every request that gets no saved generation.
 """
@@ -54,12 +56,28 @@ SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-
 
 
 @dataclass(slots=True)
+class Taken:
+    """What an answer took from the saved run, to count once it is delivered, or to give
+    back if it is not (`Replayer.settle`)."""
+
+    model: str
+    endpoint: str
+    chosen: list[tuple[Entry | Exchange, Selection]]
+    sent: list[Selection]
+    keys: list[bytes]
+    places: list[tuple[Any, int]]  # (cursor key, place) of each sample taken from a cursor
+    epoch: int  # the Replayer's resets when it was taken: a reset frees every place
+
+
+@dataclass(slots=True)
 class Reply:
     """What the web layer sends for an answered request: status 200, these headers (the
-    content type, a length for a body, the saved record's place), this body or stream."""
+    content type, a length for a body, the saved record's place), this body or stream;
+    and, for a replayed generation, what it took (settled by `Replayer.settle`)."""
 
     headers: list[tuple[bytes, bytes]]
     body: bytes
+    taken: Taken | None = None
 
 
 def _source_header(exchange: Exchange) -> bytes:
@@ -93,10 +111,12 @@ class Replayer:
     replay state, the repeats cursors; it counts and logs every request that gets no saved
     generation (`Stats`), since some harnesses swallow errors. A request goes one way
     whatever it asks: parse, select the saved run, choose the samples of every prompt, make
-    the reply, and only then move the cursors and count the hit. A request that fails has
-    moved nothing, and a stream's fate is decided before its first byte is sent. The usual
-    request (one prompt, one whole saved exchange) is the same path in few steps, not a
-    path of its own, so it counts and serves exactly as every other request does.
+    the reply, and only then take the samples from the cursors (so that no other request
+    is given them); once the answer is delivered, count the hit, and if it never is, give
+    the samples back. A request that fails has taken nothing, and a stream's fate is
+    decided before its first byte is sent. The usual request (one prompt, one whole saved
+    exchange) is the same path in few steps, not a path of its own, so it counts and
+    serves exactly as every other request does.
     """
 
     def __init__(self, index: Index, rules: Rules, tokenizer: LocalTokenizer | None = None,
@@ -106,7 +126,8 @@ class Replayer:
         # which models may go upstream (shell-style patterns; empty: any the saved runs
         # lack), or None: no upstream, every request is replayed
         self.upstream_models = upstream_models
-        self.cursors: dict[Any, int] = {}
+        self.cursors: dict[Any, int] = {}  # per cursor key, the samples taken (a bit each)
+        self.epoch = 0  # resets so far: a place taken before the last one is free again
         self._frames_ok: set[int] = set()  # exchanges whose recorded frames were checked
         self.stats = Stats(index)
         self.started = time.time()
@@ -116,32 +137,62 @@ class Replayer:
     def reset(self) -> None:
         """Forget every cursor and counter, as if the server had just started."""
         self.cursors.clear()
+        self.epoch += 1
         self.stats.reset()
 
     def handle(self, endpoint: str, body: bytes,
                headers: Iterable[tuple[bytes, bytes]] = ()) -> Reply:
+        """`take`, then `settle` as delivered: the answer of a caller that hands it over
+        whole at once (in this process)."""
+        reply = self.take(endpoint, body, headers)
+        self.settle(reply, True)
+        return reply
+
+    def take(self, endpoint: str, body: bytes,
+             headers: Iterable[tuple[bytes, bytes]] = ()) -> Reply:
         """The reply to one request (its body, and its headers for a family that reads
-        some: `Family.headers`), or a ReplayServerError (counted and logged here, rendered
-        by the caller)."""
+        some: `Family.headers`), its samples taken, to be `settle`d once it was sent; or a
+        ReplayServerError (counted and logged here, rendered by the caller)."""
         request, run = self._request(endpoint, body, headers)
         if request.family.chained:
             self._key_responses(run, request)
-        chosen, moves = self._choose(run, request)
+        chosen, places = self._choose(run, request)
         sent = [selection for _, selection in chosen]
         if request.stream and len(sent) == 1:
             sent[0] = streamed(chosen[0][0], sent[0], self.rules.strict)
         reply = self._reply(run.name, request, sent)
         # The request is answered: nothing can fail from here on.
-        for cursor_key, value in moves:
-            self.cursors[cursor_key] = value
+        cursors = self.cursors
+        for cursor_key, place in places:
+            cursors[cursor_key] = cursors.get(cursor_key, 0) | 1 << place
+        reply.taken = Taken(run.name, endpoint, chosen, sent, request.keys, places,
+                            self.epoch)
+        return reply
+
+    def settle(self, reply: Reply, delivered: bool) -> None:
+        """Count a delivered answer as a hit; give the samples of one never delivered back
+        (the next request for its prompt gets them: a client gone first takes none, since
+        it will ask again, or its item went unscored) and count it as undelivered."""
+        taken = reply.taken
+        if taken is None:
+            return
+        reply.taken = None  # (settled once)
         stats = self.stats
-        for entry, selection in chosen:
-            stats.hit(run.name, entry, selection)
+        if not delivered:
+            if taken.epoch == self.epoch:
+                for cursor_key, place in taken.places:
+                    self.cursors[cursor_key] &= ~(1 << place)
+            stats.undelivered += 1
+            log.warning("answer undelivered model=%s %s: the client left before it could be "
+                        "sent; the saved samples it carried were given back", taken.model,
+                        taken.endpoint)
+            return
+        for entry, selection in taken.chosen:
+            stats.hit(taken.model, entry, selection)
         stats.answered += 1
         if stats.tracked is not None:
-            for key, selection in zip(request.keys, sent, strict=True):
-                stats.served(run.name, endpoint, key, selection[0][0].where)
-        return reply
+            for key, selection in zip(taken.keys, taken.sent, strict=True):
+                stats.served(taken.model, taken.endpoint, key, selection[0][0].where)
 
     def forwards(self, body: bytes) -> str | None:
         """The model a request names, when it goes upstream instead of being replayed: a
@@ -249,10 +300,11 @@ class Replayer:
 
     def _choose(self, run: ModelRun, request: ReplayRequest
                 ) -> tuple[list[tuple[Entry | Exchange, Selection]], list[tuple[Any, int]]]:
-        """Each prompt's entry and the samples chosen for it, and the cursor moves they need
-        (committed by the caller, once the whole request is answered)."""
+        """Each prompt's entry and the samples chosen for it, and the places they take from
+        the cursors (taken by the caller, once the whole request is answered)."""
         chosen: list[tuple[Entry | Exchange, Selection]] = []
-        moves: list[tuple[Any, int]] = []
+        places: list[tuple[Any, int]] = []
+        taken: dict[Any, int] = {}  # what the prompts before took (a batch may repeat one)
         rules, entries, keys_ = self.rules, run.entries, request.keys
         i = 0
         try:
@@ -267,11 +319,12 @@ class Replayer:
                 if entry is None:
                     raise no_match(self.index, run.name, request.endpoint,
                                    request.prompts[i])
-                cursors = ChainMap(dict(moves), self.cursors) if moves else self.cursors
-                selection, move = choose(entry, request.n, params, seed, rules, cursors,
-                                         (run.name, key))
-                if move is not None:
-                    moves.append(move)
+                cursors = ChainMap(taken, self.cursors) if taken else self.cursors
+                selection, place = choose(entry, request.n, params, seed, rules, cursors,
+                                          (run.name, key))
+                if place is not None:
+                    places.append(place)
+                    taken[place[0]] = cursors.get(place[0], 0) | 1 << place[1]
                 chosen.append((entry, selection))
         except ReplayError as error:
             if len(keys_) > 1:
@@ -279,7 +332,7 @@ class Replayer:
             error.detail.setdefault("prompt", keys_[i].hex())
             self.count(run.name, request.endpoint, error, request.model)
             raise
-        return chosen, moves
+        return chosen, places
 
     def retrieve(self, response_id: str, stream: bool) -> Reply:
         """GET /v1/responses/{id}: a saved Responses answer by its id (as the server that
@@ -301,10 +354,14 @@ class Replayer:
         headers = [(SOURCE_HEADER, _header_value(exchange.where))]
         if stream:
             self._check_frames(None, RESPONSES_PATH, [[(exchange, None)]])
-            return Reply(SSE_HEADERS + headers,
-                         family_of(RESPONSES_PATH).stream([[(exchange, None)]], False))
-        body = exchange.body
-        return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers], body)
+            reply = Reply(SSE_HEADERS + headers,
+                          family_of(RESPONSES_PATH).stream([[(exchange, None)]], False))
+        else:
+            body = exchange.body
+            reply = Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers],
+                          body)
+        self.stats.answered += 1  # (a saved generation, though it takes no sample)
+        return reply
 
     def count(self, model: str | None, endpoint: str, error: ReplayServerError,
               asked: str | None = None) -> None:

@@ -76,8 +76,9 @@ class Stats:
         self.rejected: Counter[str] = Counter()
         self.misses: deque[dict[str, Any]] = deque(maxlen=100)
         self.failures: dict[tuple[Any, ...], Failure] = {}
-        self.requests = 0  # POSTs read, counted as they begin (the web layer counts them)
+        self.requests = 0  # requests on the API, counted as they begin (by the web layer)
         self.answered = 0  # requests answered from the saved run (a batch is one)
+        self.undelivered = 0  # answers decided but never delivered (the client left first)
         self.resets = 0
         # Per distinct prompt, what was served (only when asked for: `run --report`).
         self.tracked: dict[tuple[str, str, str], dict[str, Any]] | None = None
@@ -125,7 +126,7 @@ class Stats:
         self.forwarded.clear()
         self.forward_failures.clear()
         self.forward_recovered.clear()
-        self.requests = self.answered = self.resets = 0
+        self.requests = self.answered = self.undelivered = self.resets = 0
         if self.tracked is not None:
             self.tracked.clear()
         self.used.clear()
@@ -307,9 +308,10 @@ class Stats:
             sum(c.values()) for c in self.forwarded.values())
 
     def in_flight(self) -> int:
-        """Requests begun but never decided: their client left (or was stopped) before
-        sending them whole. They have no outcome, hit or miss."""
-        return max(0, self.requests - self.with_outcome())
+        """Requests begun but never decided: their client left (or was stopped, or too
+        slow) before sending them whole. They have no outcome, hit or miss, and, like an
+        undelivered answer, they reached the server and got no answer."""
+        return max(0, self.requests - self.with_outcome() - self.undelivered)
 
     def unused_examples(self, model: str, limit: int = 5) -> dict[str, tuple[int, int]]:
         """Where saved samples that no request used came from: the first `limit` distinct

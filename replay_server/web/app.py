@@ -11,9 +11,11 @@ documented in the OpenAPI schema. vLLM's tokenizer endpoints (`/tokenize`, `/det
 generation. Everything else is ordinary FastAPI, in `routes.py`.
 Every error, whichever layer raises it, leaves in its API's envelope (an endpoint's
 family's; else Anthropic's for a request carrying `anthropic-version`, OpenAI's for any
-other) with `x-should-retry: false`, and every error sent for a POST or a /v1 route is
-counted (`Stats`), so that `run` fails on it even when the harness swallows it. With
-`--upstream`, a request for a model the saved runs lack goes to the upstream instead
+other) with `x-should-retry: false`, and every error sent for a request that may have
+cost a generation (`_counted`: one on a generation endpoint, or one that sends something)
+is counted (`Stats`), so that `run` fails on it even when the harness swallows it; a probe
+of the base URL or of another route is answered as a real server answers it, and is not.
+With `--upstream`, a request for a model the saved runs lack goes to the upstream instead
 (`upstream.py`).
 """
 
@@ -23,6 +25,7 @@ import hmac
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -44,6 +47,7 @@ from .recorder import Recorder
 from .routes import router
 from .schema import openapi
 from .upstream import Upstream
+from .writes import when_sent
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +80,9 @@ class ReplayEndpoint:
     one start and one body message. The headers alone can decide it (a missing or wrong
     API key, a Content-Length over --max-body-size); else the body, received whole (a
     client too slow to send it is cut off by `guarded.GuardedProtocol`, one that leaves
-    gets nothing), goes to the Replayer."""
+    gets nothing: cut off in flight), goes to the Replayer, which takes the samples that
+    answer it. They are counted used once the server says the answer left
+    (`writes.when_sent`), and given back if it never did."""
 
     def __init__(self, replayer: Replayer, endpoint: str, max_body: int,
                  api_key: bytes | None = None, upstream: Upstream | None = None) -> None:
@@ -91,6 +97,7 @@ class ReplayEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.replayer.stats.requests += 1
+        reply = None
         try:
             if self.api_key is not None and not authorized(scope["headers"], self.api_key):
                 raise self._counted(unauthorized())
@@ -111,15 +118,22 @@ class ReplayEndpoint:
             if self.tokenizer:  # counts what it raises, apart
                 headers, data = self.replayer.tokenizer.answer(self.endpoint, body)
             else:  # (it counts what it raises)
-                reply = self.replayer.handle(self.endpoint, body, scope["headers"])
+                reply = self.replayer.take(self.endpoint, body, scope["headers"])
                 headers, data = reply.headers, reply.body
             status = 200
         except ReplayServerError as error:
             status, headers, data = errors.render(error, self.envelope)
         except Exception as exc:
             status, headers, data = errors.render(self._counted(internal_error(exc)), self.envelope)
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
+        try:
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": data})
+        except BaseException:
+            if reply is not None:
+                self.replayer.settle(reply, False)
+            raise
+        if reply is not None:  # a hit once it left; else its samples are given back
+            when_sent(scope, partial(self.replayer.settle, reply))
 
     def _counted(self, error: ReplayServerError) -> ReplayServerError:
         """An error that `handle` does not count, counted."""
@@ -177,11 +191,21 @@ def authorized(headers: list[tuple[bytes, bytes]], api_key: bytes) -> bool:
     return key is not None and hmac.compare_digest(key, api_key)
 
 
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Below a generation endpoint: a saved answer by its id (GET /v1/responses/{id}; OpenAI's
+# stored chat completions, /v1/chat/completions/{id}, which no saved run has).
+BELOW_ENDPOINTS = tuple(path + "/" for path in ENDPOINTS)
+
+
 def _counted(scope: Scope) -> bool:
-    """Whether an answer to this request says something about the replay: any POST, and
-    anything on /v1 but the model list."""
+    """Whether an error answer to this request may have cost the harness a generation, so
+    that `run` fails on it: any request on a generation endpoint or below one, whatever
+    its method, and any request that sends something (a method but GET, HEAD or OPTIONS),
+    wherever it goes: a POST to a misspelled path is a generation asked for and not had. A
+    read of any other route (a probe of the base URL, `GET /v1/`; a model by its id) is
+    answered as a real server answers it, an unknown route with a 404, and is no miss."""
     path: str = scope["path"]
-    return bool(scope["method"] == "POST" or (path.startswith("/v1/") and path != "/v1/models"))
+    return scope["method"] not in READS or path in ENDPOINTS or path.startswith(BELOW_ENDPOINTS)
 
 
 class ReplayApp(FastAPI):
@@ -213,12 +237,12 @@ class ReplayApp(FastAPI):
         if not _counted(scope):
             await super().__call__(scope, receive, send)
             return
-        self.replayer.stats.requests += scope["method"] == "POST"
+        self.replayer.stats.requests += 1  # (each has an outcome: an error, or an answer)
         await super().__call__(scope, receive, self._counting(scope, send))
 
     def _counting(self, scope: Scope, send: Send) -> Send:
-        """`send`, counting an error answer to a request on the API (an unknown /v1 route,
-        a wrong method): a harness that swallows it would otherwise pass."""
+        """`send`, counting an error answer to a request `_counted` names (a misspelled
+        endpoint, a wrong method): a harness that swallows it would otherwise pass."""
 
         async def counting(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] >= 400:

@@ -10,11 +10,17 @@ holes a client can use:
 - the parser reports a chunked body's trailer fields through the callback of header
   fields, and uvicorn appends them to the very list the app reads as the headers: an
   `Authorization` trailer (RFC 9110 6.5.1: not a header) passes for the header whenever
-  the whole request is in before the app looks.
+  the whole request is in before the app looks;
+- at the end of the client's stream uvicorn closes the connection at once, dropping the
+  answers to the requests pipelined before it: a client that half-closes (shuts its
+  sending side once its requests are out) is done sending, not reading, and each of those
+  requests had already taken its saved sample.
 
 `GuardedProtocol` extends uvicorn's internal `HttpToolsProtocol` (four parser callbacks;
-its `headers`, `loop`, `transport`), and hands it a transport whose writes leave once a
-step of the event loop (`writes.StepWrites`, public asyncio only). It is the one module
+its `headers`, `scope`, `loop`, `transport`, and `shutdown`, which answers what was received
+and then closes), and hands it a transport whose writes leave once a step of the event
+loop (`writes.StepWrites`, public asyncio only), which says whether each answer left (the
+`writes.SENT` extension of every request's scope). It is the one module
 allowed a dependency's internals (tests/test_layers.py) and stays short (a test says so),
 so that a new uvicorn has one small place to be checked against; everything else about
 HTTP is uvicorn's. The base class's methods are called directly, not through `super()`:
@@ -28,7 +34,7 @@ import asyncio
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
 
 from ..settings import DEFAULT_READ_TIMEOUT
-from .writes import StepWrites
+from .writes import SENT, StepWrites
 
 
 class GuardedProtocol(Base):
@@ -41,15 +47,26 @@ class GuardedProtocol(Base):
     The one timer of a connection is not re-armed per request (a timer armed and cancelled
     on every request costs more than the rest of this class): a request only notes when
     it began, and the timer, when it fires, cuts off a request that is late, waits again
-    for one still in time, and lapses on an idle connection (the next byte arms it)."""
+    for one still in time, and lapses on an idle connection (the next byte arms it).
+
+    The end of the client's stream (a half-close, or a close: they look alike) between
+    requests is no abort: each request received is answered, then the connection closes.
+    Within a request, it is: that request can never be whole, and the connection closes at
+    once (an answer still due is undelivered, the request cut off in flight). So it is
+    when the request under way has read its body and its answer is not done: it waits on
+    something else (an upstream), and a client whose timeout closed its socket must not
+    have an answer it never saw recorded."""
 
     read_timeout: float = DEFAULT_READ_TIMEOUT
     _began: float | None = None  # when the unfinished request (or stray bytes) began
     _deadline: asyncio.TimerHandle | None = None
+    _in_request = False  # between a request's first byte and its last
     _writes: StepWrites
+    _extensions: dict[str, dict[object, object]]
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._writes = StepWrites(transport, self.loop)
+        self._extensions = {SENT: {"when_sent": self._writes.when_sent}}
         Base.connection_made(self, self._writes)  # type: ignore[arg-type]
         self._begin()
 
@@ -58,23 +75,29 @@ class GuardedProtocol(Base):
             self._begin()
         Base.data_received(self, data)
 
-    def eof_received(self) -> None:
-        # The transport closes itself on return: what the step wrote (an answer to a
-        # client that shut its side once its request was sent) goes first.
-        self._writes.flush()
-        Base.eof_received(self)
+    def eof_received(self) -> bool:  # type: ignore[override]  # asyncio's: True keeps it open
+        self._writes.flush()  # what the step wrote goes before anything closes
+        cycle = self.cycle  # the last request (the one under way, unless some wait behind)
+        if self._in_request or (cycle is not None and not cycle.response_complete
+                                and not cycle.message_event.is_set()):
+            return False  # cut off, or gone: the transport closes, the request is disconnected
+        Base.shutdown(self)  # the last answer closes the connection (now, if none is due)
+        return True  # (the sending side stays open until then)
 
     def on_message_begin(self) -> None:
         Base.on_message_begin(self)
+        self._in_request = True
         if self._began is None:  # pipelined: it began in the read that ended the last one
             self._begin()
 
     def on_headers_complete(self) -> None:
         Base.on_headers_complete(self)
         self.headers = list(self.headers)  # the scope keeps the list uvicorn filled
+        self.scope["extensions"] = self._extensions
 
     def on_message_complete(self) -> None:
         self._began = None
+        self._in_request = False
         Base.on_message_complete(self)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -243,14 +243,56 @@ def test_the_report_of_a_damaged_index_says_what_it_cannot_list(tmp_path: Path) 
     assert verdict(replayer, 0, allow_unused=False)[0] == 5  # no request reached it
 
 
-@pytest.mark.slow
-def test_stop_on_miss_counts_only_requests_with_an_outcome() -> None:
-    """A request begun but not sent whole when COMMAND is stopped is cut off in flight."""
-    script = ASK + """
-import socket, time
+HALF_SENT = """
+import socket
 half = socket.create_connection(("127.0.0.1", client.base_url.port))
 half.sendall(b"POST /v1/chat/completions HTTP/1.1\\r\\nHost: x\\r\\n"
              b"Content-Type: application/json\\r\\nContent-Length: 1000\\r\\n\\r\\n{")
+"""
+
+
+@pytest.mark.slow
+def test_a_request_cut_off_in_flight_fails_the_run() -> None:
+    """A client that sends half a body and gives up (the harness scores the item as
+    failed): the request reached the server and got no answer."""
+    result = run("--", sys.executable, "-c", ALL + HALF_SENT + "half.close()")
+    assert result.returncode == 3, result.stderr
+    assert "5 prompts answered; errors: none; saved samples never asked for: 0" in result.stderr
+    assert "1 more request(s) reached the server and got no answer: 1 cut off in flight " \
+        "(begun, never received whole: its client left or stopped sending)" in result.stderr
+    assert "replay-server run: 1 request(s) reached the server and got no answer: failing" \
+        in result.stderr
+
+
+@pytest.mark.slow
+def test_a_probe_of_the_base_url_is_no_miss() -> None:
+    """garak checks that its server is up with `GET /v1/` (its default URL ends in a
+    slash): answered as vLLM answers it, 404, and a faithful rescoring still passes."""
+    probe = ASK + """
+import httpx
+print(httpx.get(os.environ["OPENAI_BASE_URL"] + "/").status_code,
+      httpx.get(os.environ["OPENAI_BASE_URL"]).status_code)
+""" + ALL.removeprefix(ASK)
+    result = run("--", sys.executable, "-c", probe)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "404 404"
+    misspelled = ASK + """
+try:
+    client.post("/chat/completion", body={}, cast_to=object)
+except openai.NotFoundError:
+    print("swallowed")
+"""
+    result = run("--allow-unused", "--", sys.executable, "-c", misspelled)
+    assert result.returncode == 3, result.stderr
+    assert "other error answers: 404 x1" in result.stderr
+
+
+@pytest.mark.slow
+def test_stop_on_miss_counts_only_requests_with_an_outcome() -> None:
+    """A request begun but not sent whole when COMMAND is stopped is cut off in flight:
+    it does not fail the run again."""
+    script = ASK + HALF_SENT + """
+import time
 time.sleep(0.5)
 chat('Name a colour')
 time.sleep(60)
@@ -258,7 +300,9 @@ time.sleep(60)
     result = run("--stop-on-miss", "--", sys.executable, "-c", script)
     assert result.returncode == 3, result.stderr
     assert "requests: 1 (0 answered from the saved run, 1 got no saved generation)" in result.stderr
-    assert "1 more request(s) were cut off in flight" in result.stderr
+    assert "1 more request(s) reached the server and got no answer: 1 cut off in flight " \
+        "(begun, never received whole: its client left or stopped sending); run stopped " \
+        "COMMAND (see below): they do not fail it again" in result.stderr
 
 
 @pytest.mark.slow

@@ -246,3 +246,37 @@ def test_an_answered_request_logs_nothing(caplog: pytest.LogCaptureFixture) -> N
     ask(r, "q")
     ask(r, "q", stream=True)
     assert _logged(caplog) == []
+
+
+# ------------------------------------------------------------------ delivery
+
+
+def take(r: Replayer, text: str) -> Any:
+    """A chat request for `text` decided, its samples taken, not yet settled."""
+    return r.take(CHAT_PATH, orjson.dumps({"model": MODEL, "messages": user(text)}))
+
+
+def test_an_answer_never_delivered_gives_its_sample_back_first() -> None:
+    """The samples of an answer that never left are taken meanwhile (a request decided
+    before it settles gets the next one), then given back: the next request gets them
+    before any later one, and they are counted neither used nor answered."""
+    r = replayer([chat_record("q", chat_response("1", "2", "3"))])
+    first, second = take(r, "q"), take(r, "q")
+    assert [texts(first.body), texts(second.body)] == [["1"], ["2"]]
+    r.settle(first, False)
+    r.settle(second, True)
+    assert texts(ask(r, "q")) == ["1"] and texts(ask(r, "q")) == ["3"]
+    assert r.stats.undelivered == 1 and r.stats.answered == 3 and r.stats.unused(MODEL) == 0
+    with pytest.raises(errors.Exhausted):
+        ask(r, "q")
+
+
+def test_an_answer_taken_before_a_reset_frees_nothing_after_it() -> None:
+    r = replayer([chat_record("q", chat_response("1", "2"))])
+    before = take(r, "q")
+    r.reset()
+    assert texts(ask(r, "q")) == ["1"]  # (the cursors start over)
+    r.settle(before, False)  # its "1" is the one just served again: not freed twice
+    assert texts(ask(r, "q")) == ["2"]
+    r.settle(before, False)  # settled once
+    assert r.stats.undelivered == 1

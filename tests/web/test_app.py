@@ -233,6 +233,41 @@ def test_unknown_routes_and_methods_use_the_envelope(server: tuple[str, Counting
     assert_error(httpx.get(server[0] + "/chat/completions"), 405, 405)
 
 
+# (method, path, status, whether `run` counts it as a request that got no generation)
+PROBES = [
+    ("GET", "/v1/", 404, False),  # garak's check that its default base URL is up
+    ("GET", "/v1", 404, False),
+    ("HEAD", "/v1/", 404, False),
+    ("GET", "/", 404, False),
+    ("GET", "/v1/models/" + MODEL, 404, False),  # openai's models.retrieve: vLLM has none
+    ("GET", "/v1/nope", 404, False),
+    ("POST", "/v1/chat/completion", 404, True),  # a misspelled generation endpoint
+    ("POST", "/v1/", 404, True),
+    ("PUT", "/v1/nope", 404, True),  # (anything that sends something may ask for one)
+    ("GET", "/v1/chat/completions", 405, True),  # a generation endpoint, asked wrong
+    ("GET", "/v1/chat/completions/chatcmpl-r", 404, True),  # a stored completion by id
+    ("GET", "/v1/responses/resp_nope", 404, True),  # a saved response by id: none has it
+]
+
+
+@pytest.mark.parametrize(("method", "path", "status", "counted"), PROBES,
+                         ids=[f"{m} {p}" for m, p, _, _ in PROBES])
+def test_only_a_request_that_can_cost_a_generation_is_counted_a_miss(
+        method: str, path: str, status: int, counted: bool) -> None:
+    """A probe of the base URL or of any route but a generation endpoint is answered as a
+    real server answers it (an unknown route: 404) and is no miss; a request on a
+    generation endpoint, or one that sends something anywhere, is."""
+    app = create_app(Settings(), build(RECORDS))
+    stats = app.state.replayer.stats
+    with running(app) as url:
+        response = httpx.request(method, url.removesuffix("/v1") + path)
+    assert response.status_code == status
+    if method != "HEAD":
+        assert_error(response, status)
+    assert stats.failed() == int(counted) and stats.requests == int(counted)
+    assert stats.in_flight() == 0
+
+
 def test_models_health_and_status(server: tuple[str, Counting], client: openai.OpenAI
                                   ) -> None:
     base = server[0].removesuffix("/v1")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import socket
+import struct
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from tests.support import (
     completion_response,
     on_free_port,
     user,
+    wait_for,
 )
 
 pytestmark = pytest.mark.http
@@ -58,6 +60,7 @@ RECORDS = [
     completion_record("The capital of France is", completion_response(" Paris."), line=7),
     completion_record("1 + 1 =", completion_response(" 2"), line=8),
     responses_record(),
+    chat_record("count?", chat_response("1", "2", "3", "4"), line=10),  # n=1: one by one
 ]
 
 
@@ -281,6 +284,54 @@ def test_a_client_that_shuts_its_side_once_its_request_is_sent_gets_the_answer()
     answers, app = served(shut_after)
     assert [status_of(a) for a in answers] == [200] * 15
     assert app.replayer.stats.requests == app.replayer.stats.answered == 10
+
+
+def content(answer: bytes) -> str:
+    """The text of a chat answer's one choice."""
+    text: str = orjson.loads(answer.split(b"\r\n\r\n", 1)[1])["choices"][0]["message"][
+        "content"]
+    return text
+
+
+def test_requests_pipelined_before_a_half_close_are_each_answered() -> None:
+    """A half-close ends what the client sends, not what it reads: every request received
+    before it is answered, in order, and then the connection is closed. Each answer is
+    the sample it took: the next request gets the next one."""
+    def three_then_shut(port: int) -> list[bytes]:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(post(CHAT, chat("count?")) * 3)
+            s.shutdown(socket.SHUT_WR)
+            with s.makefile("rb") as f:
+                answers = [normal(read_response(f)) for _ in range(3)]
+                assert f.read() == b""  # then closed
+        return answers + one_by_one(port, [post(CHAT, chat("count?"))])
+
+    answers, app = served(three_then_shut)
+    assert [content(a) for a in answers] == ["1", "2", "3", "4"]
+    assert b"\r\nconnection: close\r\n" in answers[2]  # the last before the close says so
+    stats = app.replayer.stats
+    assert stats.requests == stats.answered == 4 and stats.undelivered == 0
+
+
+def test_an_answer_never_delivered_takes_no_sample() -> None:
+    """A client that stops reading, then resets its connection: the answer that waited
+    for room to be written never leaves, so the sample it was to carry is given back (the
+    next request gets it) and the request is counted as undelivered, not answered."""
+    big = chat_record("big?", chat_response("x" * 8_000_000), line=11)  # more than the
+    app = create_app(Settings(), build([*RECORDS, big]))  # kernel's buffers hold
+    assert isinstance(app, ReplayApp)
+    stats = app.replayer.stats
+    with listening(app) as port:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", port))
+            s.sendall(post(CHAT, chat("big?")) + post(CHAT, chat("count?")))
+            wait_for(lambda: stats.requests == 2, timeout=10)  # both decided: count? waits
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        wait_for(lambda: stats.undelivered == 1, timeout=10)  # (the reset is seen)
+        answers = one_by_one(port, [post(CHAT, chat("count?"))])
+    assert [content(a) for a in answers] == ["1"]
+    assert stats.requests == 3 and stats.in_flight() == 0
 
 
 def test_expect_100_continue_and_http_1_0() -> None:

@@ -115,6 +115,45 @@ def test_a_connection_closed_before_the_step_ends_gets_nothing() -> None:
     assert run(gone) == []
 
 
+def test_when_sent_hears_whether_what_was_written_left() -> None:
+    """Told once the step's writes left (True), or could not (False: the connection
+    closed first, or nothing was written, as when the server dropped an answer for a
+    client already gone); a close in the step waits for the writes, and for the telling."""
+    heard: list[bool] = []
+
+    async def steps(writes: StepWrites, recording: Recording) -> None:
+        writes.write(HEAD)
+        writes.when_sent(heard.append)
+        assert heard == []  # (not yet)
+        await asyncio.sleep(0)
+        writes.write(HEAD)
+        writes.close()  # as uvicorn closes once the last answer of a connection is sent
+        assert writes.is_closing() and not recording.closed
+        writes.when_sent(heard.append)
+        await asyncio.sleep(0)
+        assert recording.closed
+        writes.when_sent(heard.append)  # nothing written since
+
+    assert run(steps) == [HEAD, HEAD]
+    assert heard == [True, True, False]
+
+    async def gone(writes: StepWrites, recording: Recording) -> None:
+        writes.write(HEAD)
+        writes.when_sent(heard.append)
+        recording.close()
+
+    heard.clear()
+    assert run(gone) == [] and heard == [False]
+
+    async def aborted(writes: StepWrites, recording: Recording) -> None:
+        writes.write(HEAD)
+        writes.when_sent(heard.append)
+        writes.abort()
+
+    heard.clear()
+    assert run(aborted) == [] and heard == [False]
+
+
 def test_uvicorns_head_and_body_of_an_answer_leave_in_one_send() -> None:
     """Through the protocol every server here runs (uvicorn's, guarded): one request in,
     one send out, holding the whole answer, once the loop's step ends."""
