@@ -37,8 +37,8 @@ from ..errors import (
 from ..index.index import Entry, Exchange, Index, ModelRun, Selection
 from ..index.samples import Rules, choose, streamed
 from ..paths import COUNT_TOKENS_PATH, RESPONSES_PATH
+from ..saved.local_tokenizer import LocalTokenizer
 from ..saved.record import stream_mismatch
-from ..saved.tokens import LocalTokenizer
 from ..wire import keys
 from ..wire.families import family_of
 from ..wire.family import ReplayRequest

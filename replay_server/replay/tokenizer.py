@@ -30,7 +30,7 @@ import orjson
 from ..errors import ReplayServerError, TokenizerUnanswered
 from ..index.index import Index, ModelRun
 from ..paths import DETOKENIZE_PATH, TOKENIZER_INFO_PATH
-from ..saved.tokens import LocalTokenizer
+from ..saved.local_tokenizer import LocalTokenizer
 from ..wire import tokenizer
 from ..wire.tokenizer.fields import DETOKENIZE, TOKENIZE
 from .stats import Stats

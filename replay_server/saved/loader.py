@@ -248,9 +248,9 @@ def context(*, skip_bad_lines: bool = False, max_line: int = DEFAULT_MAX_LINE,
     """How files are read, with the tokenizer loaded (a LoadError names a bad one)."""
     ctx = LoadContext(skip_bad_lines=skip_bad_lines, max_line=max_line)
     if tokenizer:
-        from . import tokens
+        from . import local_tokenizer
         try:
-            ctx.tokenizer = tokens.load_tokenizer(tokenizer)
-        except (tokens.TokenizerError, OSError, ValueError) as e:
+            ctx.tokenizer = local_tokenizer.load_tokenizer(tokenizer)
+        except (local_tokenizer.TokenizerError, OSError, ValueError) as e:
             raise LoadError(str(tokenizer), None, f"--tokenizer: {e}") from None
     return ctx

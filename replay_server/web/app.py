@@ -1,14 +1,14 @@
 """create_app(settings, index) -> FastAPI. Nothing stateful at import.
 
 The replay endpoints (chat, completions, responses; Anthropic's messages and count_tokens)
-are the hot path. They are plain
-ASGI apps (`ReplayEndpoint`) that `ReplayApp` calls first, ahead of FastAPI's middleware,
-routing, dependency and response machinery, which costs several times the replay work
-itself. They are also mounted as routes (so a GET on them is a 405, not a 404) and
-documented in the OpenAPI schema. vLLM's tokenizer endpoints (`/tokenize`, `/detokenize`,
-`/tokenizer_info`, at the root as vLLM serves them) go the same way, to the Replayer's
-`tokenizer` (replay/tokenizer.py), whose errors are counted apart: they carry no
-generation. Everything else is ordinary FastAPI, in `routes.py`.
+are the hot path. They are plain ASGI apps (`endpoint.ReplayEndpoint`) that `ReplayApp`
+calls first, ahead of FastAPI's middleware, routing, dependency and response machinery,
+which costs several times the replay work itself. They are also mounted as routes (so a
+GET on them is a 405, not a 404) and documented in the OpenAPI schema. vLLM's tokenizer
+endpoints (`/tokenize`, `/detokenize`, `/tokenizer_info`, at the root as vLLM serves them)
+go the same way, to the Replayer's `tokenizer` (replay/tokenizer.py), whose errors are
+counted apart: they carry no generation. Everything else is ordinary FastAPI, in
+`routes.py`.
 Every error, whichever layer raises it, leaves in its API's envelope (an endpoint's
 family's; else Anthropic's for a request carrying `anthropic-version`, OpenAI's for any
 other) with `x-should-retry: false`, and every error sent for a request that may have
@@ -21,11 +21,8 @@ With `--upstream`, a request for a model the saved runs lack goes to the upstrea
 
 from __future__ import annotations
 
-import hmac
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -35,21 +32,19 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from .. import __version__, errors
-from ..errors import BadRequest, PayloadTooLarge, ReplayServerError, Unauthorized
+from ..errors import BadRequest, ReplayServerError
 from ..index.index import Index
 from ..index.samples import Rules
 from ..paths import ENDPOINTS, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
 from ..replay.replayer import Replayer
 from ..saved.loader import context
 from ..settings import Settings
-from ..wire.families import error_body_of, family_of
+from ..wire.families import error_body_of
+from .endpoint import ReplayEndpoint, authorized, internal_error, unauthorized
 from .recorder import Recorder
 from .routes import router
 from .schema import openapi
 from .upstream import Upstream
-from .writes import when_sent
-
-log = logging.getLogger(__name__)
 
 TOKENIZER_METHODS = {TOKENIZER_INFO_PATH: "GET"}  # the other endpoints take a POST
 # What --api-key leaves open: /health, and the tokenizer endpoints, as vLLM does (its key
@@ -62,133 +57,6 @@ async def send_error(send: Send, error: ReplayServerError, scope: Scope) -> None
     status, headers, body = errors.render(error, error_body_of(scope["path"], scope["headers"]))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-def internal_error(exc: BaseException) -> ReplayServerError:
-    log.exception("internal error", exc_info=exc)
-    return ReplayServerError(f"internal error in replay-server: {type(exc).__name__}; "
-                             "see the server log. Please report it.")
-
-
-class ReplayEndpoint:
-    """POST /v1/chat/completions, /v1/completions or /v1/responses, as a plain ASGI app
-    (`ReplayApp` calls it first; any ASGI server can serve it); and vLLM's tokenizer
-    endpoints (POST /tokenize, /detokenize, GET /tokenizer_info) the same way, answered by
-    the Replayer's `tokenizer`, which counts them apart from the generations.
-
-    Its answer is known whole at once (a stream's frames are all saved), so it leaves in
-    one start and one body message. The headers alone can decide it (a missing or wrong
-    API key, a Content-Length over --max-body-size); else the body, received whole (a
-    client too slow to send it is cut off by `guarded.GuardedProtocol`, one that leaves
-    gets nothing: cut off in flight), goes to the Replayer, which takes the samples that
-    answer it. They are counted used once the server says the answer left
-    (`writes.when_sent`), and given back if it never did."""
-
-    def __init__(self, replayer: Replayer, endpoint: str, max_body: int,
-                 api_key: bytes | None = None, upstream: Upstream | None = None) -> None:
-        self.replayer = replayer
-        self.endpoint = endpoint
-        # the family's own error body (a tokenizer endpoint's is vLLM's, the OpenAI one)
-        self.envelope = family_of(endpoint).error_body if endpoint in ENDPOINTS else None
-        self.tokenizer = endpoint in TOKENIZER_ENDPOINTS
-        self.max_body = max_body
-        self.api_key = api_key
-        self.upstream = upstream
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.replayer.stats.requests += 1
-        reply = None
-        try:
-            if self.api_key is not None and not authorized(scope["headers"], self.api_key):
-                raise self._counted(unauthorized())
-            self._check_length(scope["headers"])
-            message: Message = await receive()
-            if message["type"] != "http.request" or message.get("more_body", False):
-                body = await self._rest(receive, message)
-                if body is None:
-                    return
-            else:  # the whole body in one message, as usual
-                body = message.get("body", b"")
-            if len(body) > self.max_body:
-                raise self._counted(self.too_large(len(body)))
-            if self.upstream is not None and not self.tokenizer and (
-                    model := self.replayer.forwards(body)):
-                await self.upstream.forward(scope, receive, send, self.endpoint, body, model)
-                return
-            if self.tokenizer:  # counts what it raises, apart
-                headers, data = self.replayer.tokenizer.answer(self.endpoint, body)
-            else:  # (it counts what it raises)
-                reply = self.replayer.take(self.endpoint, body, scope["headers"])
-                headers, data = reply.headers, reply.body
-            status = 200
-        except ReplayServerError as error:
-            status, headers, data = errors.render(error, self.envelope)
-        except Exception as exc:
-            status, headers, data = errors.render(self._counted(internal_error(exc)), self.envelope)
-        try:
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": data})
-        except BaseException:
-            if reply is not None:
-                self.replayer.settle(reply, False)
-            raise
-        if reply is not None:  # a hit once it left; else its samples are given back
-            when_sent(scope, partial(self.replayer.settle, reply))
-
-    def _counted(self, error: ReplayServerError) -> ReplayServerError:
-        """An error that `handle` does not count, counted."""
-        self.replayer.count(None, self.endpoint, error)
-        return error
-
-    def _check_length(self, headers: list[tuple[bytes, bytes]]) -> None:
-        for name, value in headers:
-            if name == b"content-length":
-                try:
-                    size = int(value)
-                except ValueError:
-                    raise self._counted(BadRequest(
-                        "the Content-Length header is not a number")) from None
-                if size > self.max_body:
-                    raise self._counted(self.too_large(size))
-
-    async def _rest(self, receive: Receive, message: Message) -> bytes | None:
-        """The body that begins with `message`, received whole; None if the client left."""
-        parts: list[bytes] = []
-        total = 0
-        while True:
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            total += len(chunk)
-            if total > self.max_body:
-                raise self._counted(self.too_large(total))
-            parts.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(parts)
-            message = await receive()
-
-    def too_large(self, size: int) -> PayloadTooLarge:
-        return PayloadTooLarge(f"the request body has {size} bytes or more; this server "
-                               f"accepts at most {self.max_body} (--max-body-size)")
-
-
-def unauthorized() -> Unauthorized:
-    return Unauthorized(
-        "missing or wrong API key: send the header `Authorization: Bearer KEY` (or "
-        "Anthropic's `x-api-key: KEY`) with the key this server was started with "
-        "(--api-key or REPLAY_SERVER_API_KEY)")
-
-
-def authorized(headers: list[tuple[bytes, bytes]], api_key: bytes) -> bool:
-    """Whether the first Authorization header is `Bearer KEY`, or, without one, the first
-    `x-api-key` header is `KEY` (how Anthropic's clients send it)."""
-    key = None
-    for name, value in headers:
-        if name == b"authorization":
-            return hmac.compare_digest(value, b"Bearer " + api_key)
-        if name == b"x-api-key" and key is None:
-            key = value
-    return key is not None and hmac.compare_digest(key, api_key)
 
 
 READS = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -15,10 +15,10 @@ and saves each exchange.
   when it changes; every other path and method
   (embeddings, files, `GET /v1/responses/{id}`, a path the upstream does not have, ...) is
   forwarded untouched and not saved: the client gets the upstream's own status and body.
-- A stream passes through chunk by chunk as it arrives, while its family's aggregator
-  (`Family.aggregator`) rebuilds the body the server would have sent unstreamed; the
-  stream's frames are saved too, as sent, so that a replay sends the same deltas in the
-  same order.
+- A stream passes through chunk by chunk as it arrives (`relay.Relay`), while its family's
+  aggregator (`Family.aggregator`) rebuilds the body the server would have sent
+  unstreamed; the stream's frames are saved too, as sent, so that a replay sends the same
+  deltas in the same order.
 - An exchange is appended as whole lines, flushed and fsynced *before* the client sees its
   end (the response body, or a stream's `data: [DONE]` or the end of its body): an
   exchange a client has seen complete survives a SIGKILL, and concurrent exchanges never
@@ -58,16 +58,16 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Receive
 
 from .. import __version__, errors
 from ..errors import LoadError
@@ -85,9 +85,9 @@ from ..wire.families import error_body_of, family_for, family_of
 from ..wire.family import Aggregator, Family
 from ..wire.sse import Frames, StreamError
 from .credentials import query_without_keys, shown, without_keys
+from .relay import Relay, unless_gone, watch_disconnect
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 # Hears one exchange's outcome (`recorded`, `upstream_error`, `abandoned`, `aborted`,
 # `unrecordable`) and why, as the recorder counts it.
 Outcome = Callable[[str, str], None]
@@ -263,9 +263,9 @@ class Recorder:
         if parsed is not None and path in ENDPOINTS:  # (its headers that are fields, saved)
             parsed = family.with_headers(parsed, raw)
         gone = asyncio.Event()
-        watcher = asyncio.create_task(_watch_disconnect(receive, gone))
+        watcher = asyncio.create_task(watch_disconnect(receive, gone))
         try:
-            reply = await _unless_gone(self.client.send(self._request(
+            reply = await unless_gone(self.client.send(self._request(
                 method, path, client_headers, params, body, family), stream=True), gone)
         except httpx.HTTPError as e:
             watcher.cancel()
@@ -283,9 +283,9 @@ class Recorder:
             and parsed is not None and reply.status_code == 200
         if recordable and parsed is not None and parsed.get("stream") is True:
             watcher.cancel()  # the relay watches the client itself
-            return _Relay(self, path, parsed, reply, out_headers, hook)
+            return Relay(self, path, parsed, reply, out_headers, hook)
         try:
-            content = await _unless_gone(reply.aread(), gone)
+            content = await unless_gone(reply.aread(), gone)
         except httpx.HTTPError as e:
             watcher.cancel()
             self.tally("upstream_error", f"broken answer: {type(e).__name__}: {e}", hook)
@@ -364,64 +364,6 @@ class Recorder:
         await self.client.aclose()
 
 
-class _Relay(Response):
-    """Passes an upstream stream through chunk by chunk, as it arrives, and saves it before
-    its end goes out (`data: [DONE]`, or the end of a body that ended cleanly without it),
-    unless the stream broke, was cut short, or the client left before its end."""
-
-    def __init__(self, recorder: Recorder, path: str, request: dict[str, Any],
-                 reply: httpx.Response, headers: dict[str, str], hook: Outcome | None
-                 ) -> None:
-        # Not Response.__init__: that would add a content-length to a stream.
-        self.status_code = reply.status_code
-        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
-                            for k, v in headers.items()]
-        self.background = None
-        self.recorder, self.path, self.request, self.reply = recorder, path, request, reply
-        self.hook = hook
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        gone = asyncio.Event()
-        watcher = asyncio.create_task(_watch_disconnect(receive, gone))
-        aggregator = family_of(self.path).aggregator()
-        frames = Frames()
-        saved = broken = False
-        try:
-            await send({"type": "http.response.start", "status": self.status_code,
-                        "headers": self.raw_headers})
-            async for chunk in _until(self.reply.aiter_bytes(), gone):
-                if not (saved or broken):
-                    try:
-                        frames.feed(chunk)
-                        if aggregator.feed(chunk) and not gone.is_set():
-                            saved = await self.recorder.save_stream(
-                                self.path, self.request, aggregator, frames, hook=self.hook)
-                            broken = not saved
-                    except StreamError as e:
-                        log.warning("stream not recorded (%s): %s", self.path, e)
-                        broken = True
-                if gone.is_set():
-                    break
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            else:
-                if not (saved or broken or gone.is_set()):
-                    # the body ended cleanly without `[DONE]`: saved if it was whole
-                    saved = await self.recorder.save_stream(
-                        self.path, self.request, aggregator, frames, ended=True,
-                        hook=self.hook)
-                await send({"type": "http.response.body", "body": b""})
-        except (OSError, httpx.HTTPError) as e:
-            log.warning("stream relay broken (%s): %s: %s", self.path, type(e).__name__, e)
-        finally:
-            watcher.cancel()
-            await self.reply.aclose()
-            if not saved:
-                self.recorder.tally(*(("abandoned", "the client left before the stream's end")
-                                      if gone.is_set() else
-                                      ("aborted", "the upstream's stream broke or was cut "
-                                       "short, or cannot be saved")), self.hook)
-
-
 def _choices_asked(path: str, request: dict[str, Any]) -> int:
     """How many choices a whole answer to `request` has: `n` per prompt (a completion's
     `prompt` may be a batch: a list of strings or of token-id lists)."""
@@ -431,45 +373,6 @@ def _choices_asked(path: str, request: dict[str, Any]) -> int:
     if isinstance(prompt, list) and prompt and all(isinstance(p, str | list) for p in prompt):
         return per_prompt * len(prompt)
     return per_prompt
-
-
-async def _unless_gone(work: Awaitable[T], gone: asyncio.Event) -> T | None:
-    """`work`'s result, or None (and `work` cancelled) if the client leaves first."""
-    task = asyncio.ensure_future(work)
-    stop = asyncio.ensure_future(gone.wait())
-    try:
-        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    return None
-
-
-async def _until(chunks: AsyncIterator[bytes], gone: asyncio.Event) -> AsyncIterator[bytes]:
-    """The upstream's chunks until it ends or the client leaves, whichever comes first: a
-    client that leaves stops the read at once, so the upstream stops generating too."""
-    stop = asyncio.ensure_future(gone.wait())
-    try:
-        while True:
-            step = asyncio.ensure_future(anext(chunks))
-            await asyncio.wait({step, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if not step.done():
-                step.cancel()
-                return
-            try:
-                yield step.result()
-            except StopAsyncIteration:
-                return
-    finally:
-        stop.cancel()
-
-
-async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    gone.set()
 
 
 # What a model list entry says of the time of its answer, not of the model: vLLM stamps

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from tests.support import chat_record, chat_response, running, spawn, user, write_jsonl
-from tests.web.test_recorder import STREAM, staged_upstream
+from tests.web.test_relay import STREAM, staged_upstream
 
 pytestmark = pytest.mark.http
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from replay_server.commands.run import write_report
+from replay_server.commands.report import write_report
 from replay_server.errors import ReplayServerError
 from replay_server.index.loading import load
 from replay_server.index.samples import Rules

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from replay_server.commands.run import write_report
+from replay_server.commands.report import write_report
 from replay_server.compare.report import read_report
 from replay_server.errors import LoadError
 from replay_server.index.samples import Rules

@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 from replay_server.errors import BadRequest, ModelNotFound, TokenizerUnanswered
 from replay_server.index.samples import Rules
 from replay_server.replay.replayer import Replayer
-from replay_server.saved.tokens import load_tokenizer
+from replay_server.saved.local_tokenizer import load_tokenizer
 from tests.support import MODEL, build, chat_record, chat_response, tokenizer_record
 
 DATA = Path(__file__).parents[1] / "data" / "gen"

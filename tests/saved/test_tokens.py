@@ -15,8 +15,6 @@ import importlib
 import importlib.util
 import json
 import math
-import shutil
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,15 +25,15 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from replay_server.saved import tokens
+from replay_server.saved.local_tokenizer import LocalTokenizer, load_tokenizer
 from replay_server.saved.tokens import (
     NotRepresentable,
-    TokenizerError,
     encode_like_lm_eval,
     encode_pair,
-    load_tokenizer,
     loglikelihood_choice,
     loglikelihood_input,
 )
+from tests.saved.support import BPE, DATA, TEXTS, WORDLEVEL
 
 pytestmark = pytest.mark.harness  # lm-eval, transformers, litellm's tokenizer files
 
@@ -50,147 +48,11 @@ def parse_logprobs(**kwargs: Any) -> Any:
     return lm_eval("models.openai_completions").LocalCompletionsAPI.parse_logprobs(**kwargs)
 
 
-DATA = Path(__file__).parents[1] / "data"
-WORDLEVEL = DATA / "gen" / "tokenizer"
-BPE = DATA / "gen" / "tokenizer_bpe"
 LM = DATA / "lm_eval"
-
-TEXTS = [
-    "Question: What is 4 + 5?\nAnswer:", "Question: What is 4 + 5?\nAnswer: ", " 9", "9",
-    "Answer:\n\n", "  leading and trailing  ", "<s> in the text </s>", "", " ", "\t\n",
-    "Ünïcödé — 漢字 😀", "What is 123456 + 7?", "x\u00a0y\u3000",
-]
-
-
-# --------------------------------------------------------------------------- tokenizers
-
-
-def _litellm_file(name: str) -> Path | None:
-    spec = importlib.util.find_spec("litellm")  # located, not imported (slow)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(spec.submodule_search_locations[0]) / "litellm_core_utils" / "tokenizers" / name
-    return path if path.is_file() else None
-
-
-def _folder(tmp: Path, name: str, tokenizer_json: Path, config: dict[str, Any]) -> Path:
-    folder = tmp / name
-    folder.mkdir()
-    shutil.copy(tokenizer_json, folder / "tokenizer.json")
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    return folder
-
-
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Tokenizer folders as lm-eval's `tokenizer=` takes them: the two committed ones,
-    config variants that make transformers rewrite the post-processor, and two real BPE
-    tokenizers shipped inside the litellm package (a test extra), when it is installed."""
-    tmp = tmp_path_factory.mktemp("tokenizers")
-    out = {"wordlevel": WORDLEVEL, "bpe": BPE}
-    base = json.loads((BPE / "tokenizer_config.json").read_text())
-    out["bpe_add_bos_false"] = _folder(tmp, "bpe_f", BPE / "tokenizer.json",
-                                       {**base, "add_bos_token": False})
-    out["bpe_add_eos"] = _folder(tmp, "bpe_e", BPE / "tokenizer.json",
-                                 {**base, "add_eos_token": True})
-    # no post-processor in tokenizer.json, add_bos_token in the config: still no BOS
-    data = json.loads((BPE / "tokenizer.json").read_text())
-    data["post_processor"] = None
-    (tmp / "no_pp.json").write_text(json.dumps(data))
-    out["bpe_no_post_processor"] = _folder(tmp, "bpe_p", tmp / "no_pp.json",
-                                           {**base, "add_bos_token": True})
-    # a special token the tokenizer.json does not have: transformers adds it
-    out["bpe_new_special"] = _folder(tmp, "bpe_n", BPE / "tokenizer.json",
-                                     {**base, "unk_token": "<unk>", "eos_token": "<|end|>"})
-    # special_tokens_map.json overrides the config (no added_tokens_decoder there)
-    out["bpe_special_map"] = _folder(tmp, "bpe_m", BPE / "tokenizer.json", base)
-    (out["bpe_special_map"] / "special_tokens_map.json").write_text(json.dumps(
-        {"eos_token": {"content": "<|end|>", "lstrip": False, "rstrip": False,
-                       "normalized": False, "single_word": False}}))
-    deepseek = _litellm_file("deepseek_tokenizer.json")
-    if deepseek is not None:  # byte-level BPE with digit splitting, a real BOS
-        out["deepseek"] = _folder(tmp, "deepseek", deepseek, {
-            "tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": True,
-            "bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"})
-    anthropic = _litellm_file("anthropic_tokenizer.json")
-    if anthropic is not None:  # byte-level BPE behind an NFKC normalizer, no post-processor
-        out["anthropic"] = _folder(tmp, "anthropic", anthropic, {
-            "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<EOT>"})
-    return out
-
-
-@pytest.fixture(scope="module")
-def toks(folders: dict[str, Path]) -> dict[str, tokens.LocalTokenizer]:
-    return {name: load_tokenizer(path) for name, path in folders.items()}
-
-
-def test_load_a_folder_or_its_tokenizer_json() -> None:
-    by_folder, by_file = load_tokenizer(BPE), load_tokenizer(BPE / "tokenizer.json")
-    assert (by_folder.bos_token, by_folder.bos_token_id, by_folder.eos_token) == ("<s>", 0, "</s>")
-    assert by_folder.caveats == () and by_folder.tokenizer_class == "TokenizersBackend"
-    text = "Question: What is 4 + 5?\nAnswer: 9"
-    assert by_file.encode(text, add_special_tokens=True) == by_folder.encode(
-        text, add_special_tokens=True)
-    assert by_folder.encode(text, add_special_tokens=True)[0] == 0  # the post-processor's <s>
-
-
-def test_never_downloads(tmp_path: Path) -> None:
-    with pytest.raises(TokenizerError, match="never downloads"):
-        load_tokenizer("gpt2")
-    (tmp_path / "tokenizer.model").write_bytes(b"")
-    with pytest.raises(TokenizerError, match="no tokenizer.json"):
-        load_tokenizer(tmp_path)
-    (tmp_path / "tokenizer.json").write_text("{}")
-    with pytest.raises(TokenizerError, match="not a `tokenizers` tokenizer.json"):
-        load_tokenizer(tmp_path)
-
-
-def test_without_the_tokenizers_package_the_error_says_what_to_install(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "tokenizers", None)  # import raises ImportError
-    with pytest.raises(TokenizerError, match=r"install replay-server\[tokens\]"):
-        load_tokenizer(BPE)
-
-
-def test_model_specific_classes_are_flagged(tmp_path: Path) -> None:
-    folder = _folder(tmp_path, "llama", BPE / "tokenizer.json",
-                     {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>"})
-    assert "LlamaTokenizer" in load_tokenizer(folder).caveats[0]
-    alone = tmp_path / "alone"
-    alone.mkdir()
-    shutil.copy(BPE / "tokenizer.json", alone / "tokenizer.json")
-    assert "no tokenizer_config.json" in load_tokenizer(alone / "tokenizer.json").caveats[0]
-
-
-def test_token_ids_equal_transformers(folders: dict[str, Path],
-                                      toks: dict[str, tokens.LocalTokenizer]) -> None:
-    """The ids transformers gives lm-eval for the same folder, with and without special
-    tokens (lm-eval's add_bos_token), on texts with special tokens, odd whitespace and
-    non-ASCII; the post-processor rules (add_bos_token/add_eos_token in the config, no
-    post-processor) and special tokens missing from tokenizer.json included."""
-    import transformers
-    for name, folder in folders.items():  # lm-eval's prefix_token_id and eos_string
-        ref = transformers.AutoTokenizer.from_pretrained(str(folder))
-        ours = toks[name]
-        assert (ours.bos_token, ours.bos_token_id, ours.eos_token, ours.eos_token_id) == (
-            ref.bos_token, ref.bos_token_id, ref.eos_token, ref.eos_token_id), name
-    assert toks["bpe_special_map"].eos_token == "<|end|>"
-    extra = ["<|end|> <unk>", "<｜begin▁of▁sentence｜>hi", "<EOT>x", "ﬁ ①"]
-    for name, folder in folders.items():
-        for special in (False, True):
-            bad = tokens.transformers_mismatches(toks[name], folder, TEXTS + extra,
-                                                 add_special_tokens=special)
-            assert bad == [], (name, special, bad)
-    # transformers 5 ignores the config's add_bos_token/add_eos_token next to a tokenizer.json
-    assert toks["bpe_add_bos_false"].encode("a", add_special_tokens=True)[0] == 0
-    assert toks["bpe_add_eos"].encode("a", add_special_tokens=True)[-1] != 1
-    assert toks["bpe_no_post_processor"].encode("a", add_special_tokens=True)[0] != 0
-    assert toks["bpe_new_special"].encode("<|end|>", add_special_tokens=False) == [
-        toks["bpe_new_special"].eos_token_id]
 
 
 def test_decode_equals_transformers_batch_decode(folders: dict[str, Path],
-                                                 toks: dict[str, tokens.LocalTokenizer]
+                                                 toks: dict[str, LocalTokenizer]
                                                  ) -> None:
     import transformers
     for name in ("wordlevel", "bpe", "deepseek"):
@@ -220,7 +82,7 @@ class ReplayStandIn:
     computes for the saved requests, answering lm-eval's POSTs (through orjson, as the
     server serialises). Records every body it got."""
 
-    def __init__(self, tok: tokens.LocalTokenizer) -> None:
+    def __init__(self, tok: LocalTokenizer) -> None:
         self.tok = tok
         self.loglikelihood: dict[Any, tuple[list[int], int, float, bool]] = {}
         self.generation: dict[Any, str] = {}
@@ -269,11 +131,11 @@ def lm_eval_models(folders: dict[str, Path]) -> Callable[..., Any]:
 
 
 @pytest.fixture
-def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[tokens.LocalTokenizer],
+def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[LocalTokenizer],
                                                                     ReplayStandIn]]:
     made: list[ReplayStandIn] = []
 
-    def install(tok: tokens.LocalTokenizer) -> ReplayStandIn:
+    def install(tok: LocalTokenizer) -> ReplayStandIn:
         server = ReplayStandIn(tok)
         monkeypatch.setattr(lm_eval("models.api_models").requests, "post", server.post)
         made.append(server)
@@ -311,9 +173,9 @@ PAIRS = [(Q4, " 9"), (Q4 + " ", "9"), (Q4 + "\n", "10"), (Q7, " 21"), ("", " 9")
     ("anthropic", {"batch_size": 2}),
 ])
 def test_lm_eval_loglikelihood_reads_back_the_saved_values(
-        name: str, model_args: dict[str, Any], toks: dict[str, tokens.LocalTokenizer],
+        name: str, model_args: dict[str, Any], toks: dict[str, LocalTokenizer],
         lm_eval_models: Callable[..., Any],
-        stand_in: Callable[[tokens.LocalTokenizer], ReplayStandIn]) -> None:
+        stand_in: Callable[[LocalTokenizer], ReplayStandIn]) -> None:
     """lm-eval's loglikelihood() end to end: the ids it sends are keyed by encode_pair +
     loglikelihood_input, and it gets back exactly the saved (logprob, is_greedy)."""
     if name not in toks:
@@ -345,8 +207,8 @@ def test_lm_eval_loglikelihood_reads_back_the_saved_values(
 
 @pytest.mark.parametrize("name", ["wordlevel", "bpe"])
 def test_lm_eval_loglikelihood_with_text_prompts(
-        name: str, toks: dict[str, tokens.LocalTokenizer], lm_eval_models: Callable[..., Any],
-        stand_in: Callable[[tokens.LocalTokenizer], ReplayStandIn]) -> None:
+        name: str, toks: dict[str, LocalTokenizer], lm_eval_models: Callable[..., Any],
+        stand_in: Callable[[LocalTokenizer], ReplayStandIn]) -> None:
     """tokenized_requests=False: lm-eval sends the decoded ids; decode_like_lm_eval keys them."""
     tok, lm = toks[name], lm_eval_models(name, tokenized_requests=False, batch_size=2)
     server = stand_in(tok)
@@ -371,8 +233,8 @@ def test_lm_eval_loglikelihood_with_text_prompts(
 ])
 def test_lm_eval_generation_ids_are_encode_like_lm_eval(
         name: str, model_args: dict[str, Any], gen_kwargs: dict[str, Any],
-        toks: dict[str, tokens.LocalTokenizer], lm_eval_models: Callable[..., Any],
-        stand_in: Callable[[tokens.LocalTokenizer], ReplayStandIn]) -> None:
+        toks: dict[str, LocalTokenizer], lm_eval_models: Callable[..., Any],
+        stand_in: Callable[[LocalTokenizer], ReplayStandIn]) -> None:
     """generate_until with token ids (the default): each prompt is encode_like_lm_eval of the
     context, including BOS and the left cut to max_length - 1 - max_gen_toks."""
     if name not in toks:
@@ -401,7 +263,7 @@ _text = st.lists(st.sampled_from(list("ab 1\n\t.:?Ü漢\u3000") + ["  ", "12", "
                                                                    HealthCheck.function_scoped_fixture])
 @given(ctx=_text, cont=_text, add_bos=st.booleans())
 def test_encode_pair_equals_lm_eval_on_any_text(ctx: str, cont: str, add_bos: bool,
-                                                toks: dict[str, tokens.LocalTokenizer],
+                                                toks: dict[str, LocalTokenizer],
                                                 lm_eval_models: Callable[..., Any]) -> None:
     """Random contexts and continuations (whitespace at the boundary, digits that BPE merges
     across it): encode_pair == what lm-eval's loglikelihood() hands to _loglikelihood_tokens."""
@@ -453,7 +315,7 @@ def test_lm_eval_parses_exactly_the_saved_values(logprob: float, greedy: bool, n
         choice["logprobs"]["tokens"][-1])
 
 
-def test_choice_shape(toks: dict[str, tokens.LocalTokenizer]) -> None:
+def test_choice_shape(toks: dict[str, LocalTokenizer]) -> None:
     tok = toks["bpe"]
     ids, ctxlen = loglikelihood_input(*encode_pair(tok, "Question: What is 4 + 5?\nAnswer:",
                                                    " 10", add_bos_token=True))

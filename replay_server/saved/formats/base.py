@@ -63,7 +63,7 @@ class LoadContext:
 
     skip_bad_lines: bool = False
     max_line: int = DEFAULT_MAX_LINE
-    # The run's tokenizer (tokens.LocalTokenizer), when the user gave one (--tokenizer):
+    # The run's tokenizer (local_tokenizer.LocalTokenizer), when the user gave one (--tokenizer):
     # lm-eval records are then keyed by token ids too, and loglikelihood rows are read.
     tokenizer: Any = None
     on_progress: Callable[[int], None] = lambda n: None

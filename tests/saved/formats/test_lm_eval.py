@@ -212,9 +212,9 @@ def lm_eval_reads(case: str, request: dict[str, Any], choice: dict[str, Any]
     lm-eval computes itself for that request (from the samples row it came from)."""
     from lm_eval.models.openai_completions import LocalCompletionsAPI
 
-    from replay_server.saved import tokens
+    from replay_server.saved import local_tokenizer, tokens
 
-    tok = tokens.load_tokenizer(TOKENIZED[case])
+    tok = local_tokenizer.load_tokenizer(TOKENIZED[case])
     bos = case == "mc_tokenized"  # that run's model_args: add_bos_token=True, max_length=15
     max_length = 15 if bos else 2048
     for row in all_rows(case):
