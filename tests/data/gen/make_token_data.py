@@ -19,7 +19,7 @@ project's .venv with the test extras has them all, no torch needed), from anywhe
 
 Like make_harness_data.py (whose helpers it uses): the fake model server on a free
 127.0.0.1 port with a wire log, every hub access off, lm-eval's own output files copied
-as they are, then a check that every wire prompt is what replay_server.tokens computes
+as they are, then a check that every wire prompt is what replay_server.saved.tokens computes
 from the samples file, and that every saved loglikelihood is what lm-eval's parser reads
 from the wire response.
 """
@@ -179,12 +179,13 @@ def _load(case: str) -> tuple[dict[str, list[dict]], list[dict], dict]:
 
 
 def check() -> None:
-    """Every wire prompt is what replay_server.tokens computes from the samples file."""
-    from replay_server import tokens
+    """Every wire prompt is what replay_server.saved.tokens computes from the samples file."""
+    from replay_server.saved import tokens
+    from replay_server.saved.local_tokenizer import load_tokenizer
 
     if (OUT_LM / "tokenized_gen").exists():
         samples, wire, _ = _load("tokenized_gen")
-        tok = tokens.load_tokenizer(mhd.TOKENIZER)
+        tok = load_tokenizer(mhd.TOKENIZER)
         texts = {tuple(p): w["response"]["choices"][i]["text"]
                  for w in wire for i, p in enumerate(w["request"]["prompt"])}
         assert all(isinstance(p, list) for w in wire for p in w["request"]["prompt"])
@@ -196,7 +197,7 @@ def check() -> None:
         assert len(texts) == len(samples["arith_gen"])
     if (OUT_LM / "mc_tokenized").exists():
         samples, wire, _ = _load("mc_tokenized")
-        tok = tokens.load_tokenizer(TOKENIZER_BPE)
+        tok = load_tokenizer(TOKENIZER_BPE)
         sent = {tuple(p): w["response"]["choices"][i]["logprobs"]
                 for w in wire for i, p in enumerate(w["request"]["prompt"])}
         cut = 0
@@ -211,7 +212,7 @@ def check() -> None:
                     saved = tokens.saved_loglikelihood(row["resps"][int(name[9:])][0])
                     assert saved[0] == sum(lp), (row["doc_id"], name)
         assert cut, "max_length cut no request"
-    print("token-id wire prompts agree with replay_server.tokens and the samples files")
+    print("token-id wire prompts agree with replay_server.saved.tokens and the samples files")
 
 
 def main() -> None:
