@@ -44,7 +44,8 @@ class Plan:
     folders: set[Path] = field(default_factory=set)  # every directory walked, resolved
     # What was asked for, absolute (as given, symlinks kept): each path argument, each
     # directory argument's files as the walk found them, and each file's size and mtime
-    # before anything is read (one that changes while it is read is found changed later).
+    # before anything is read (one that changes while it is read is found changed later),
+    # the files no reader claimed too (one that changes may be read by the next load).
     # An index file keeps them: from any folder it knows what it was built from and
     # whether that changed since.
     arguments: list[Path] = field(default_factory=list)
@@ -147,6 +148,10 @@ def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
            ctx: LoadContext | None) -> list[tuple[Reader, list[Path]]]:
     by_reader: dict[str, tuple[Reader, list[Path]]] = {}
     for path in paths:
+        try:  # every file considered, read or not: an index tells if a load would now read it
+            plan.stamps[path] = (st := path.stat()).st_size, st.st_mtime
+        except OSError:
+            pass  # a dangling symlink: named when it is claimed
         resolved = path.resolve()
         if resolved in plan.seen:
             continue  # the same file twice would be the same run twice
@@ -169,7 +174,6 @@ def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
         st = path.stat()
         plan.total_bytes += st.st_size
         plan.inodes.add((st.st_dev, st.st_ino))
-        plan.stamps[path] = (st.st_size, st.st_mtime)
     return list(by_reader.values())
 
 

@@ -94,3 +94,21 @@ def test_an_index_whose_saved_files_are_not_here_is_served_saying_so(
     assert StoredIndex(index).sources.stale() == []
     report = open_run([index], Settings()).report
     assert f"1 saved file(s) the index was built from are not here (e.g. {saved})" in report[-1]
+
+
+def test_a_file_of_an_indexed_folder_that_a_load_now_reads_makes_it_stale(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file the index did not read (empty when it was built: a recording just begun)
+    that now holds saved exchanges: serving the folder would read it, so the index is
+    stale, though the file was there before. A file still unread is no change."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    write_jsonl(runs / "a.jsonl", [chat_record("q", chat_response("a"))])
+    begun = runs / "b.jsonl"
+    begun.touch()
+    (runs / "notes.txt").write_text("what this run is\n")
+    index = indexed_in_its_folder(tmp_path, monkeypatch, "runs")
+    assert StoredIndex(index).sources.stale() == []
+    write_jsonl(begun, [chat_record("q", chat_response("b"))])
+    (runs / "notes.txt").write_text("what this run is, and more\n")
+    assert StoredIndex(index).sources.stale() == [f"{begun} (new)"]
