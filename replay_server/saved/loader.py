@@ -26,6 +26,7 @@ from ..settings import DEFAULT_MAX_LINE
 from .formats import READERS, LoadContext, Reader
 from .jsonl import LineTooLong, not_json
 from .record import Record
+from .writer import not_a_file
 
 SHOWN = 20  # the files named when a directory holds nothing any reader claims
 
@@ -218,6 +219,9 @@ def plan(paths: Sequence[str | Path], ctx: LoadContext | None = None) -> Plan:
         path = Path(raw)
         if not path.exists():
             raise LoadError(str(path), None, "no such file or directory")
+        if (node := not_a_file(path)) is not None:  # `serve <(zcat run.jsonl.gz)`
+            raise LoadError(str(path), None, f"{node}, not a saved file: a saved run is "
+                            "read more than once; save it to a file first")
         result.arguments.append(path.absolute())
         if path.is_dir():
             first = len(result.ignored)

@@ -116,3 +116,15 @@ def test_a_folder_lists_twenty_files_at_most(tmp_path: Path) -> None:
     lines = planned_error(tmp_path).splitlines()
     assert lines[20:22] == [f"  {tmp_path}/notes-19.txt: not JSON lines, and no reader "
                             "claims it by its name", "  and 5 more"]
+
+
+def test_a_saved_run_given_as_a_pipe_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    """`serve <(zcat run.jsonl.gz)`: a file is read twice (its first line to detect its
+    format, then whole), and a pipe gives its bytes once: the load began mid-line and said
+    `not valid JSON`, and a pipe with no writer yet waited for ever. Refused, naming it."""
+    fifo = tmp_path / "run.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(LoadError) as refused:
+        plan([fifo])  # (before the fix: blocks here, no writer)
+    assert str(refused.value) == (f"{fifo}: a pipe, not a saved file: a saved run is read "
+                                  "more than once; save it to a file first")
