@@ -24,7 +24,7 @@ from tqdm import tqdm
 from ..errors import LoadError
 from ..settings import DEFAULT_MAX_LINE
 from .formats import READERS, LoadContext, Reader
-from .jsonl import LineTooLong, not_json
+from .jsonl import LineTooLong, line_not_json
 from .record import Record
 from .writer import not_a_file
 
@@ -169,6 +169,11 @@ def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
                 why = _unclaimed(path, plan.max_line)
                 raise LoadError(why.file, why.line, "not a saved-run format replay-server "
                                 f"reads: {why.reason}\n{_formats()}")
+            if (cut := _not_json(path, plan.max_line)) is not None:
+                if ctx is None:
+                    raise cut
+                ctx.bad(cut)  # a damaged saved file, not one of no known format
+                continue
             plan.ignored.append(path)
             continue
         by_reader.setdefault(reader.name, (reader, []))[1].append(path)
@@ -178,17 +183,31 @@ def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
     return list(by_reader.values())
 
 
+def _not_json(path: Path, max_line: int) -> LoadError | None:
+    """`FILE:1: not valid JSON ...` for a `.jsonl` file whose first line is no JSON: a
+    damaged file (a bad copy, a recorder cut on its first line), which a load names as a
+    bad line, in a directory too (where a file of no known format is passed by)."""
+    if path.suffix != ".jsonl":
+        return None
+    head = _head(path, max_line)
+    try:
+        orjson.loads(head)
+    except orjson.JSONDecodeError as e:
+        return LoadError(str(path), 1, line_not_json(e)) if head.strip() else None
+    return None
+
+
 def _unclaimed(path: Path, max_line: int) -> LoadError:
     """What a file no reader claims is, from its first line: for the user to see why, and
     which of the formats (`_formats`) it was meant to be."""
     head = _head(path, max_line)
     if not head.strip():
         return LoadError(str(path), None, "empty")
+    if (cut := _not_json(path, max_line)) is not None:
+        return cut
     try:
         value = orjson.loads(head)
-    except orjson.JSONDecodeError as e:
-        if path.suffix == ".jsonl":
-            return LoadError(str(path), 1, not_json(e))
+    except orjson.JSONDecodeError:
         return LoadError(str(path), None, "not JSON lines, and no reader claims it by its name")
     if not isinstance(value, dict):
         return LoadError(str(path), 1, "JSON, but not an object")
