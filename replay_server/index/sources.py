@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from ..errors import LoadError
-from ..saved.loader import Plan, claimed, listing
+from ..saved.loader import Plan, absolute, claimed, listing
 
 
 def record(plan: Plan) -> dict[str, str]:
@@ -40,9 +40,9 @@ def record(plan: Plan) -> dict[str, str]:
     read = [p for _, p in plan.files]
     kept = set(read)
     return {"inputs": text([str(p) for p in plan.arguments]),
-            "sources": text([{"file": str(p.absolute()), "size": plan.stamps[p][0],
+            "sources": text([{"file": str(absolute(p)), "size": plan.stamps[p][0],
                               "mtime": plan.stamps[p][1]} for p in read]),
-            "unread": text({str(p.absolute()): stamp for p, stamp in plan.stamps.items()
+            "unread": text({str(absolute(p)): stamp for p, stamp in plan.stamps.items()
                             if p not in kept}),
             "folders": text({str(k): [str(p) for p in v] for k, v in plan.listed.items()}),
             "walked": text(sorted(str(f) for f in plan.folders))}
@@ -109,7 +109,7 @@ class Sources:
         raise LoadError(str(self.path), None, f"the saved files it was built from changed "
                         f"since: {shown}. It would serve what they held then: rebuild it "
                         f"with `replay-server index {shlex.join(self.arguments)} -o "
-                        f"{shlex.quote(str(self.path.absolute()))}` (with the options it was "
+                        f"{shlex.quote(str(absolute(self.path)))}` (with the options it was "
                         "built with), or serve the saved files themselves")
 
     def inputs(self) -> Plan:

@@ -43,7 +43,7 @@ class Plan:
     seen: set[Path] = field(default_factory=set)  # every file claimed, resolved
     inodes: set[tuple[int, int]] = field(default_factory=set)  # theirs (hard links too)
     folders: set[Path] = field(default_factory=set)  # every directory walked, resolved
-    # What was asked for, absolute (as given, symlinks kept): each path argument, each
+    # What was asked for, `absolute` (as given, symlinks kept): each path argument, each
     # directory argument's files as the walk found them, and each file's size and mtime
     # before anything is read (one that changes while it is read is found changed later),
     # the files no reader claimed too (one that changes may be read by the next load).
@@ -85,6 +85,21 @@ class Plan:
             raise LoadError(str(out), None, f"is inside {folder}, a directory of saved runs "
                             "that is read: write it elsewhere (saved files are only ever "
                             "read, and the next load of the directory would read it too)")
+
+
+def absolute(path: Path) -> Path:
+    """`path` absolute as given (symlinks kept), but for the `..` that lead it, applied to
+    the folder it is given from: that folder's path is physical (no symlink), so this is
+    exact, and names the same file once that folder is gone (`index ../runs` in a build
+    folder removed since). A `..` after a name stays (the name may be a symlink)."""
+    parts = path.parts
+    ups = next((i for i, part in enumerate(parts) if part != ".."), len(parts))
+    if path.is_absolute() or ups == 0:
+        return path.absolute()
+    base = Path.cwd()
+    for _ in range(ups):
+        base = base.parent
+    return base.joinpath(*parts[ups:])
 
 
 def _head(path: Path, max_line: int) -> bytes:
@@ -241,11 +256,11 @@ def plan(paths: Sequence[str | Path], ctx: LoadContext | None = None) -> Plan:
         if (node := not_a_file(path)) is not None:  # `serve <(zcat run.jsonl.gz)`
             raise LoadError(str(path), None, f"{node}, not a saved file: a saved run is "
                             "read more than once; save it to a file first")
-        result.arguments.append(path.absolute())
+        result.arguments.append(absolute(path))
         if path.is_dir():
             first = len(result.ignored)
             walked = list(_walk(path, result.folders))
-            result.listed[path.absolute()] = [p.absolute() for p in walked]
+            result.listed[absolute(path)] = [absolute(p) for p in walked]
             group = _group(walked, result, explicit=False, ctx=ctx)
             if not group:
                 raise _nothing_read(path, result.ignored[first:], result.max_line)
