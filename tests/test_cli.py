@@ -9,6 +9,7 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -204,6 +205,36 @@ def test_an_output_that_cannot_be_written_is_one_line_before_any_work(
     flag = option.split()[1]
     assert (done.returncode, done.stderr) == (
         2, f"error: {out}: cannot write the {flag} file: {reason}\n"), done.stderr
+    assert not ran.exists() and done.stdout == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", OUTPUTS)
+@pytest.mark.parametrize("node", ["a pipe", "a device"])
+def test_an_output_that_is_no_regular_file_is_refused_and_left_as_it_is(
+        tmp_path: Path, option: str, node: str) -> None:
+    """A file written whole is renamed over its path: over a pipe or a device (`-o
+    /dev/null`, `/dev/stdout`) that would replace the node with a regular file (as root,
+    /dev/null itself), and appending to a pipe waits for a reader for ever. Refused in one
+    line before any work, the node untouched."""
+    out = tmp_path / "node"
+    if node == "a pipe":
+        os.mkfifo(out)
+    elif os.geteuid() == 0:
+        os.mknod(out, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # a /dev/null of the test's
+    else:
+        pytest.skip("making a device node needs root")
+    before = os.stat(out)
+    ran = tmp_path / "ran"
+    argv = [a.format(out=out, ran=str(ran)) for a in OUTPUTS[option]]
+    done = subprocess.run([*CLI, *argv], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60)
+    flag = option.split()[1]
+    assert (done.returncode, done.stderr) == (
+        2, f"error: {out}: cannot write the {flag} file: it is {node}, not a regular file: "
+           "name a file\n"), done.stderr
+    after = os.stat(out)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
     assert not ran.exists() and done.stdout == ""
 
 

@@ -20,14 +20,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.harnesses.commands import BIN, offline_env
-from tests.support import ROOT, RUNNABLE, runnable_blocks
+from tests.harnesses.commands import BIN, DEEPEVAL, offline_env
+from tests.support import ROOT, RUNNABLE, VENVS, runnable_blocks, venv_python
 
 RECIPES = ROOT / "docs" / "recipes"
 # index.md lists the recipes and says how to run their blocks: it is none itself
 PAGES = [*sorted(set(RECIPES.glob("*.md")) - {RECIPES / "index.md"}),
          ROOT / "docs" / "anthropic.md", ROOT / "docs" / "judges.md"]
-DATA = ("tests/data", "examples")  # all that the blocks may read, at the same paths
+# all that the blocks may read, at the same paths: the saved runs, and deepeval's script
+DATA = ("tests/data", "examples", "tests/harnesses/deepeval_geval.py")
+# what a page has the reader install first, outside the block (a venv of its own for a
+# harness whose pins clash with the others'): made here the same way, at the same place
+DEEPEVAL_VENV = "~/.cache/replay-server/deepeval-venv"
+PREPARED = {"deepeval": lambda: venv_python("deepeval-venv", DEEPEVAL)}
 REPLAYED = "replay-server run: every request was answered from the saved run"
 
 
@@ -39,6 +44,9 @@ def test_every_recipe_page_holds_a_block_that_runs_as_pasted() -> None:
         if page.parent == RECIPES:
             first = re.search(r"^```\w*\n(.*?)^```$", page.read_text(), re.M | re.S)
             assert first and first[1].startswith(RUNNABLE), f"{page.name}: opens otherwise"
+            # it rescores under `run`: listing the saved run is not running the recipe
+            assert re.search(r"^replay-server run ", first[1], re.M), \
+                f"{page.name}: its block runs nothing under `run`"
     index = (RECIPES / "index.md").read_text()
     assert RUNNABLE in index  # where a reader learns what the marker means
     assert all(f"]({page.name})" in index for page in PAGES if page.parent == RECIPES)
@@ -46,14 +54,20 @@ def test_every_recipe_page_holds_a_block_that_runs_as_pasted() -> None:
 
 @pytest.mark.harness
 @pytest.mark.slow
-@pytest.mark.parametrize("block", [
-    pytest.param(block, id=f"{page.stem}-{n}") for page in PAGES
+@pytest.mark.parametrize(("page", "block"), [
+    pytest.param(page.stem, block, id=f"{page.stem}-{n}") for page in PAGES
     for n, block in enumerate(runnable_blocks(page), 1)])
-def test_each_runnable_block_runs_as_pasted(block: str, tmp_path: Path) -> None:
+def test_each_runnable_block_runs_as_pasted(page: str, block: str, tmp_path: Path) -> None:
+    if page in PREPARED:
+        PREPARED[page]()
     here = tmp_path / "repository"
     for path in DATA:
-        shutil.copytree(ROOT / path, here / path,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        if (ROOT / path).is_dir():
+            shutil.copytree(ROOT / path, here / path,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (here / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / path, here / path)
     before = files(here)
     env = offline_env(tmp_path)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
@@ -70,5 +84,16 @@ def test_each_runnable_block_runs_as_pasted(block: str, tmp_path: Path) -> None:
 def files(here: Path) -> set[Path]:
     """Every file of the data under `here`, but the bytecode Python writes beside what it
     imports (lm-eval imports the tasks' data loader)."""
-    return {path for folder in DATA for path in (here / folder).rglob("*")
+    return {path for folder in DATA for path in [here / folder, *(here / folder).rglob("*")]
             if "__pycache__" not in path.parts}
+
+
+def test_the_deepeval_page_says_how_to_make_the_venv_its_block_runs() -> None:
+    """The venv PREPARED makes for the deepeval block is the one the page has the reader
+    make: its place, and the same pinned deepeval."""
+    page = (RECIPES / "deepeval.md").read_text()
+    assert f"python3 -m venv {DEEPEVAL_VENV}\n" in page
+    assert f"{DEEPEVAL_VENV}/bin/pip install {DEEPEVAL}\n" in page
+    (block,) = runnable_blocks(RECIPES / "deepeval.md")
+    assert f"{DEEPEVAL_VENV}/bin/python " in block
+    assert VENVS / "deepeval-venv" == Path(DEEPEVAL_VENV).expanduser()

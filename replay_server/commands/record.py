@@ -52,7 +52,9 @@ def hints(recorder: Recorder, base_url: str) -> list[str]:
     """Where to point the clients of each API the upstream serves (`Recorder.serves`,
     asked of one endpoint per client variable; every API's when it cannot say), in the
     form each SDK reads (`base_urls.VARIABLES`: OpenAI's the /v1 URL `base_url`,
-    Anthropic's the root); where the key goes, and how to stop."""
+    Anthropic's the root); where the key goes, and how to stop. An upstream that has none
+    of the APIs' endpoints (a wrong path in its URL, most likely) is said so, with every
+    API's variable: never a hint without one."""
     first: dict[str, str] = {}  # client variable -> an endpoint of its API
     for family in FAMILIES.values():
         first.setdefault(family.client_variable, family.path)
@@ -64,9 +66,15 @@ def hints(recorder: Recorder, base_url: str) -> list[str]:
             break
         if answer:
             served.add(name)
+    warning = []
+    if not served:
+        served = set(first)
+        warning = [f"warning: the upstream {recorder.upstream} answers 404 (or 405) to "
+                   f"{' and '.join(first.values())}: it serves none of the APIs replay-server "
+                   "records; is --upstream's URL right (its path)?"]
     chosen = [v for v in VARIABLES if v.name in served]
     keys = ", ".join(v.key for v in chosen if v.key is not None)
-    return [*(f"  export {v.name}={v.url(base_url)}" for v in chosen),
+    return [*warning, *(f"  export {v.name}={v.url(base_url)}" for v in chosen),
             f"  # the client's own API key ({keys}) passes through to the upstream; it is "
             "never saved",
             "  # Ctrl-C (or SIGTERM) stops the recorder; it then says what it saved"]

@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from ..wire.difference import common_prefix
+from ..wire.difference import WORD, common_prefix
 
 _PROMPT = itemgetter(0)
 
@@ -122,6 +122,11 @@ EDITS = 64  # edits kept at most (an all-capitals text keeps one a letter)
 TRIES = 12  # edits tried that do not help, at most: what a miss that nothing helps costs
 GAIN = 8  # bytes a left-out word must let match beyond it (not a chance byte or two)
 BACK = 3  # word starts before the point where the match stops, tried for a case
+# Bytes looked at around where the match stops: a word longer than WORD (difference's) is
+# no word a template drifts by, and the BACK words before lie within SCAN. Without the
+# bounds, a miss inside a long run of letters (or of none) walked the whole prompt byte by
+# byte, seconds of the event loop at the body cap.
+SCAN = WORD
 
 
 class _Search:
@@ -209,15 +214,18 @@ def _word_byte(data: bytes, at: int) -> bool:
 
 
 def _word_start(data: bytes, at: int, floor: int) -> int:
-    while at > floor and _word_byte(data, at - 1):
+    """The start of the word `at` is in (or `at`), looked for WORD bytes back at most."""
+    stop = max(floor, at - WORD)
+    while at > stop and _word_byte(data, at - 1):
         at -= 1
     return at
 
 
 def _word_starts(data: bytes, before: int, floor: int) -> Iterator[int]:
-    """The starts of the words before `before` (and from `floor`), nearest first."""
-    at = before
-    while at > floor:
+    """The starts of the words before `before` (and from `floor`, within SCAN bytes),
+    nearest first."""
+    at, stop = before, max(floor, before - SCAN)
+    while at > stop:
         at -= 1
         if _word_byte(data, at) and (at == floor or not _word_byte(data, at - 1)):
             yield at
@@ -225,10 +233,12 @@ def _word_starts(data: bytes, before: int, floor: int) -> Iterator[int]:
 
 def _dropped(data: bytes, start: int) -> bytes | None:
     """`data` without the word at `start` and the spaces after it (up to a space, or the
-    end of the JSON string); None if there is no word there."""
-    end = start
-    while end < len(data) and data[end] not in b' "\\':
+    end of the JSON string); None if there is no word there (or one longer than WORD)."""
+    end, stop = start, min(len(data), start + WORD + 1)
+    while end < stop and data[end] not in b' "\\':
         end += 1
+    if end - start > WORD:
+        return None
     while end < len(data) and data[end] == 0x20:
         end += 1
     return data[:start] + data[end:] if end > start else None

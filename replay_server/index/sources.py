@@ -3,10 +3,12 @@ only while it is what a load of its saved files would give.
 
 An index file keeps, by absolute path (never relative to the folder `index` ran in, so
 that the answers below are the same from any folder): the arguments it was built from,
-each saved file with its size and mtime before it was read, each directory argument's
-files as walked, and every directory walked. From them:
+each saved file with its size and mtime before it was read (and those of the files of its
+directories that no reader claimed), each directory argument's files as walked, and every
+directory walked. From them:
 - `Sources.stale` is the one staleness check: a saved file changed (size or mtime: a
-  touched file counts), a directory lost one, or gained one in a format a load reads.
+  touched file counts), a directory lost one, or holds one that a load would now read
+  and did not then (added since, or no saved run then: a recording begun empty).
   `Sources.refuse_stale` turns it into a LoadError that names them and gives the command
   that rebuilds the index: serving it would answer with what the files held then, and a
   stale answer served quietly is the worst a replay can do;
@@ -27,7 +29,7 @@ from typing import Any
 import orjson
 
 from ..errors import LoadError
-from ..saved.loader import Plan, claimed, listing
+from ..saved.loader import Plan, absolute, claimed, listing
 
 
 def record(plan: Plan) -> dict[str, str]:
@@ -35,11 +37,24 @@ def record(plan: Plan) -> dict[str, str]:
     def text(value: Any) -> str:
         return orjson.dumps(value).decode()
 
+    read = [p for _, p in plan.files]
+    kept = set(read)
     return {"inputs": text([str(p) for p in plan.arguments]),
-            "sources": text([{"file": str(p.absolute()), "size": plan.stamps[p][0],
-                              "mtime": plan.stamps[p][1]} for _, p in plan.files]),
+            "sources": text([{"file": str(absolute(p)), "size": plan.stamps[p][0],
+                              "mtime": plan.stamps[p][1]} for p in read]),
+            "unread": text({str(absolute(p)): stamp for p, stamp in plan.stamps.items()
+                            if p not in kept}),
             "folders": text({str(k): [str(p) for p in v] for k, v in plan.listed.items()}),
             "walked": text(sorted(str(f) for f in plan.folders))}
+
+
+def _stamp(path: Path) -> list[float] | None:
+    """A file's size and mtime as the index file keeps them (None: it cannot be read)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime]
 
 
 class Sources:
@@ -51,11 +66,14 @@ class Sources:
         self.files: list[dict[str, Any]] = orjson.loads(meta.get("sources", "[]"))
         self.folders: dict[str, list[str]] = orjson.loads(meta.get("folders", "{}"))
         self.walked: list[str] = orjson.loads(meta.get("walked", "[]"))
+        # the files of its directories that no reader claimed, with their size and mtime
+        self.unread: dict[str, list[float]] = orjson.loads(meta.get("unread", "{}"))
 
     def stale(self) -> list[str]:
         """What changed since the index was built, each `FILE (changed)`, `FILE (gone)`
-        (from a directory it read that is still here) or `FILE (new)` (in such a
-        directory)."""
+        (from a directory it read that is still here) or `FILE (new)`: in such a
+        directory, a file that a load would read now, and did not then (one added, or one
+        no reader claimed then that changed since: a recording begun empty)."""
         stale = []
         for source in self.files:
             try:
@@ -70,7 +88,8 @@ class Sources:
                 continue
             now = {str(p): p for p in listing(Path(folder))}
             stale += [f"{f} (gone)" for f in files if f in read and f not in now]
-            stale += [f"{f} (new)" for f, p in now.items() if f not in files and claimed(p)]
+            stale += [f"{f} (new)" for f, p in now.items() if f not in read
+                      and _stamp(p) != self.unread.get(f) and claimed(p)]
         return stale
 
     def missing(self) -> list[str]:
@@ -90,7 +109,7 @@ class Sources:
         raise LoadError(str(self.path), None, f"the saved files it was built from changed "
                         f"since: {shown}. It would serve what they held then: rebuild it "
                         f"with `replay-server index {shlex.join(self.arguments)} -o "
-                        f"{shlex.quote(str(self.path.absolute()))}` (with the options it was "
+                        f"{shlex.quote(str(absolute(self.path)))}` (with the options it was "
                         "built with), or serve the saved files themselves")
 
     def inputs(self) -> Plan:

@@ -64,7 +64,7 @@ def parse_line(raw: bytes, file: str, line: int, max_line: int = DEFAULT_MAX_LIN
             raise LoadError(file, line, "the last line is cut short (no newline at the end, "
                                         f"and {not_json(e)}); was the writer killed?"
                             ) from None
-        raise LoadError(file, line, not_json(e)) from None
+        raise LoadError(file, line, line_not_json(e)) from None
 
 
 def not_json(error: orjson.JSONDecodeError) -> str:
@@ -72,3 +72,13 @@ def not_json(error: orjson.JSONDecodeError) -> str:
     caller names as FILE:LINE): orjson's own message ends with a second position (`line 1
     column 5 (char 4)`) that, beside FILE:LINE, reads as another line."""
     return f"not valid JSON at column {error.colno}: {error.msg}"
+
+
+def line_not_json(error: orjson.JSONDecodeError) -> str:
+    """`not_json` for one line of JSON lines (with its newline), which the caller names:
+    a line cut short ends its data after the newline, where orjson puts the error (line
+    2, column 1); on the line itself, that is its end."""
+    if error.lineno == 1:
+        return not_json(error)
+    end = len(error.doc.partition("\n")[0].rstrip("\r")) + 1
+    return f"not valid JSON at column {end} (the end of the line): {error.msg}"

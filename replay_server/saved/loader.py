@@ -24,8 +24,9 @@ from tqdm import tqdm
 from ..errors import LoadError
 from ..settings import DEFAULT_MAX_LINE
 from .formats import READERS, LoadContext, Reader
-from .jsonl import LineTooLong, not_json
+from .jsonl import LineTooLong, line_not_json
 from .record import Record
+from .writer import not_a_file
 
 SHOWN = 20  # the files named when a directory holds nothing any reader claims
 
@@ -42,9 +43,10 @@ class Plan:
     seen: set[Path] = field(default_factory=set)  # every file claimed, resolved
     inodes: set[tuple[int, int]] = field(default_factory=set)  # theirs (hard links too)
     folders: set[Path] = field(default_factory=set)  # every directory walked, resolved
-    # What was asked for, absolute (as given, symlinks kept): each path argument, each
+    # What was asked for, `absolute` (as given, symlinks kept): each path argument, each
     # directory argument's files as the walk found them, and each file's size and mtime
-    # before anything is read (one that changes while it is read is found changed later).
+    # before anything is read (one that changes while it is read is found changed later),
+    # the files no reader claimed too (one that changes may be read by the next load).
     # An index file keeps them: from any folder it knows what it was built from and
     # whether that changed since.
     arguments: list[Path] = field(default_factory=list)
@@ -83,6 +85,21 @@ class Plan:
             raise LoadError(str(out), None, f"is inside {folder}, a directory of saved runs "
                             "that is read: write it elsewhere (saved files are only ever "
                             "read, and the next load of the directory would read it too)")
+
+
+def absolute(path: Path) -> Path:
+    """`path` absolute as given (symlinks kept), but for the `..` that lead it, applied to
+    the folder it is given from: that folder's path is physical (no symlink), so this is
+    exact, and names the same file once that folder is gone (`index ../runs` in a build
+    folder removed since). A `..` after a name stays (the name may be a symlink)."""
+    parts = path.parts
+    ups = next((i for i, part in enumerate(parts) if part != ".."), len(parts))
+    if path.is_absolute() or ups == 0:
+        return path.absolute()
+    base = Path.cwd()
+    for _ in range(ups):
+        base = base.parent
+    return base.joinpath(*parts[ups:])
 
 
 def _head(path: Path, max_line: int) -> bytes:
@@ -147,6 +164,10 @@ def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
            ctx: LoadContext | None) -> list[tuple[Reader, list[Path]]]:
     by_reader: dict[str, tuple[Reader, list[Path]]] = {}
     for path in paths:
+        try:  # every file considered, read or not: an index tells if a load would now read it
+            plan.stamps[path] = (st := path.stat()).st_size, st.st_mtime
+        except OSError:
+            pass  # a dangling symlink: named when it is claimed
         resolved = path.resolve()
         if resolved in plan.seen:
             continue  # the same file twice would be the same run twice
@@ -163,14 +184,32 @@ def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
                 why = _unclaimed(path, plan.max_line)
                 raise LoadError(why.file, why.line, "not a saved-run format replay-server "
                                 f"reads: {why.reason}\n{_formats()}")
+            if (cut := _not_json(path, plan.max_line)) is not None:
+                if ctx is None:
+                    raise cut
+                ctx.bad(cut)  # a damaged saved file, not one of no known format
+                continue
             plan.ignored.append(path)
             continue
         by_reader.setdefault(reader.name, (reader, []))[1].append(path)
         st = path.stat()
         plan.total_bytes += st.st_size
         plan.inodes.add((st.st_dev, st.st_ino))
-        plan.stamps[path] = (st.st_size, st.st_mtime)
     return list(by_reader.values())
+
+
+def _not_json(path: Path, max_line: int) -> LoadError | None:
+    """`FILE:1: not valid JSON ...` for a `.jsonl` file whose first line is no JSON: a
+    damaged file (a bad copy, a recorder cut on its first line), which a load names as a
+    bad line, in a directory too (where a file of no known format is passed by)."""
+    if path.suffix != ".jsonl":
+        return None
+    head = _head(path, max_line)
+    try:
+        orjson.loads(head)
+    except orjson.JSONDecodeError as e:
+        return LoadError(str(path), 1, line_not_json(e)) if head.strip() else None
+    return None
 
 
 def _unclaimed(path: Path, max_line: int) -> LoadError:
@@ -179,11 +218,11 @@ def _unclaimed(path: Path, max_line: int) -> LoadError:
     head = _head(path, max_line)
     if not head.strip():
         return LoadError(str(path), None, "empty")
+    if (cut := _not_json(path, max_line)) is not None:
+        return cut
     try:
         value = orjson.loads(head)
-    except orjson.JSONDecodeError as e:
-        if path.suffix == ".jsonl":
-            return LoadError(str(path), 1, not_json(e))
+    except orjson.JSONDecodeError:
         return LoadError(str(path), None, "not JSON lines, and no reader claims it by its name")
     if not isinstance(value, dict):
         return LoadError(str(path), 1, "JSON, but not an object")
@@ -214,11 +253,14 @@ def plan(paths: Sequence[str | Path], ctx: LoadContext | None = None) -> Plan:
         path = Path(raw)
         if not path.exists():
             raise LoadError(str(path), None, "no such file or directory")
-        result.arguments.append(path.absolute())
+        if (node := not_a_file(path)) is not None:  # `serve <(zcat run.jsonl.gz)`
+            raise LoadError(str(path), None, f"{node}, not a saved file: a saved run is "
+                            "read more than once; save it to a file first")
+        result.arguments.append(absolute(path))
         if path.is_dir():
             first = len(result.ignored)
             walked = list(_walk(path, result.folders))
-            result.listed[path.absolute()] = [p.absolute() for p in walked]
+            result.listed[absolute(path)] = [absolute(p) for p in walked]
             group = _group(walked, result, explicit=False, ctx=ctx)
             if not group:
                 raise _nothing_read(path, result.ignored[first:], result.max_line)

@@ -19,6 +19,7 @@ import errno
 import fcntl
 import os
 import secrets
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,7 +34,11 @@ def writable(out: Path, option: str, *, append: bool = False) -> None:
     """Raise LoadError, naming `out`, the option that gave it and why, if a command could
     not write `out`: the way it will, by creating a file beside it (a file written whole is
     renamed over `out`, so only its folder must let it) or, with `append`, by opening an
-    existing `out` to append to it. Creates nothing that stays."""
+    existing `out` to append to it. Creates nothing that stays. An output is a regular
+    file (`not_a_file`)."""
+    if (node := not_a_file(out)) is not None:
+        raise LoadError(str(out), None, f"cannot write the {option} file: it is {node}, "
+                        "not a regular file: name a file")
     try:
         if out.is_dir():
             raise IsADirectoryError(errno.EISDIR, "Is a directory", str(out))
@@ -44,6 +49,22 @@ def writable(out: Path, option: str, *, append: bool = False) -> None:
     except OSError as error:
         raise LoadError(str(out), None, f"cannot write the {option} file: "
                         f"{_why_not(out, error)}") from None
+
+
+def not_a_file(out: Path) -> str | None:
+    """What `out` is (symlinks followed) when it is there and is neither a regular file nor
+    a directory: a new file renamed over a pipe or a device (`/dev/null`, `/dev/stdout`)
+    would replace the node itself (as root, /dev/null too), and appending to a pipe waits
+    for a reader for ever. None otherwise."""
+    try:
+        mode = os.stat(out).st_mode
+    except OSError:
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a pipe"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else None
 
 
 def _why_not(out: Path, error: OSError) -> str:
@@ -68,8 +89,11 @@ def _new_beside(target: Path) -> Path:
 def written_whole(out: Path) -> Iterator[Path]:
     """A new empty file beside `out` to write, renamed to `out` once the block ends, and
     removed if it raises: `out` is the old file or the new one whole, never a part of it.
-    A symlink `out` keeps pointing where it did: the file it points to is replaced."""
+    A symlink `out` keeps pointing where it did: the file it points to is replaced; a pipe
+    or a device is never replaced (`not_a_file`)."""
     target = out.resolve()
+    if (node := not_a_file(target)) is not None:
+        raise OSError(errno.EINVAL, f"{out} is {node}, not a regular file", str(out))
     tmp = _new_beside(target)
     try:
         yield tmp

@@ -15,6 +15,10 @@ from typing import Any
 import orjson
 
 EXCERPT = 24
+# A word longer than this (in characters, or bytes) is no word a template drifts by: a
+# word more or less is looked for only within it, so that a miss inside a long run of
+# letters costs no walk over the whole prompt.
+WORD = 256
 
 
 def common_prefix(a: bytes | str, b: bytes | str) -> int:
@@ -85,6 +89,8 @@ def _text_kind(asked: str, saved: str, at: int) -> str:
     for longer, shorter, kind in ((asked, saved, "the request has a word more"),
                                   (saved, asked, "the request lacks a word")):
         rest = _without_word(longer, at)
+        if rest is None:
+            continue
         if rest == shorter:
             return kind
         if rest.lower() == shorter.lower():
@@ -92,14 +98,17 @@ def _text_kind(asked: str, saved: str, at: int) -> str:
     return "the text differs"
 
 
-def _without_word(text: str, at: int) -> str:
-    """`text` without the word that `at` is in (or starts) and the spaces after it."""
-    start = at
-    while start > 0 and not text[start - 1].isspace():
+def _without_word(text: str, at: int) -> str | None:
+    """`text` without the word that `at` is in (or starts) and the spaces after it; None
+    for a word longer than WORD."""
+    start, stop = at, max(0, at - WORD - 1)
+    while start > stop and not text[start - 1].isspace():
         start -= 1
-    end = at
-    while end < len(text) and not text[end].isspace():
+    end, stop = at, min(len(text), start + WORD + 1)
+    while end < stop and not text[end].isspace():
         end += 1
+    if end - start > WORD or start > 0 and not text[start - 1].isspace():
+        return None
     while end < len(text) and text[end].isspace():
         end += 1
     return text[:start] + text[end:]

@@ -68,6 +68,21 @@ def test_an_upstream_that_cannot_be_reached_gets_every_api_s_variables(
         [OPENAI, ANTHROPIC]
 
 
+def test_an_upstream_that_serves_no_api_gets_every_variable_and_a_warning(
+        recording: list[Recorder], tmp_path: Path) -> None:
+    """404 on every API's endpoint (`--upstream` names a wrong path: `/api`, a proxy's
+    prefix): which API the client speaks cannot be told, and the URL is likely wrong; never
+    a hint without a variable to set."""
+    with running(only("/elsewhere")) as url:
+        recording.append(Recorder(url, RecordWriter(tmp_path / "run.jsonl")))
+        lines = hints(recording[0], URL)
+    assert [line for line in lines if "export" in line] == [OPENAI, ANTHROPIC]
+    assert "()" not in "".join(lines)
+    (warning,) = [line for line in lines if "warning" in line]
+    assert "404" in warning and "/v1/chat/completions" in warning and "/v1/messages" in \
+        warning and "--upstream" in warning
+
+
 @pytest.mark.slow
 def test_record_says_where_to_point_each_client_and_no_credential(tmp_path: Path) -> None:
     with running(only("/v1/messages")) as upstream:

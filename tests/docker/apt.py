@@ -7,7 +7,9 @@ DPkg::Lock::Timeout=SECONDS` waits only for dpkg's locks; `apt-get update` still
 once on the lists lock, and `install` on the archives lock. So `apt_get` first waits until
 none of apt's locks is held (as `/proc/locks` shows them, taking none itself), up to a
 bound, and gives apt-get what is left of it as its dpkg lock timeout, for a lock taken in
-between; past the bound it fails, naming the process that holds the lock and its command.
+between; an apt-get that still fails on a lock taken in between is retried once the lock
+is free again; past the bound it fails, naming the process that holds the lock and its
+command.
 """
 
 from __future__ import annotations
@@ -87,17 +89,24 @@ def wait_for(paths: Sequence[Path], deadline: float, started: float) -> None:
 
 def apt_get(*args: str, locks: Sequence[Path] = LOCKS, timeout: float = WAIT_S) -> str:
     """`apt-get ARGS` (noninteractive) once `locks` are free, waiting up to `timeout`
-    seconds for them; its output. LockHeld when they stay held, AssertionError when
-    apt-get fails."""
+    seconds for them; its output. A lock taken between the wait and apt-get's own locking
+    (automatic updates run one apt-get after another) fails apt-get at once: it is waited
+    for again, then apt-get retried, within the same bound. LockHeld when they stay held,
+    AssertionError when apt-get fails."""
     argv = ["apt-get", *args]
     started = time.monotonic()
-    try:
-        wait_for(locks, started + timeout, started)
-    except LockHeld as error:
-        raise LockHeld(f"{shlex.join(argv)}: {error}") from None
-    left = math.ceil(max(1.0, started + timeout - time.monotonic()))
-    run = ["apt-get", "-o", f"DPkg::Lock::Timeout={left}", *args]
-    done = subprocess.run(run, capture_output=True, text=True, timeout=left + RUN_S,
-                          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-    assert done.returncode == 0, f"{shlex.join(run)}: {done.returncode}\n{done.stderr[-3000:]}"
-    return done.stdout
+    while True:
+        try:
+            wait_for(locks, started + timeout, started)
+        except LockHeld as error:
+            raise LockHeld(f"{shlex.join(argv)}: {error}") from None
+        left = math.ceil(max(1.0, started + timeout - time.monotonic()))
+        run = ["apt-get", "-o", f"DPkg::Lock::Timeout={left}", *args]
+        done = subprocess.run(run, capture_output=True, text=True, timeout=left + RUN_S,
+                              env={**os.environ, "DEBIAN_FRONTEND": "noninteractive",
+                                   "LC_ALL": "C"})  # (apt's messages untranslated)
+        if done.returncode == 0:
+            return done.stdout
+        lost = "Could not get lock" in done.stderr and time.monotonic() < started + timeout
+        assert lost, f"{shlex.join(run)}: {done.returncode}\n{done.stderr[-3000:]}"
+        time.sleep(POLL_S)  # (its holder is at work: the next wait waits for it)

@@ -8,12 +8,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 
+from tests.docker import apt
 from tests.docker.apt import LOCKS, LockHeld, apt_get
 
 pytestmark = [pytest.mark.slow,
@@ -63,6 +64,27 @@ def test_update_waits_for_a_held_lists_lock_then_runs(tmp_path: Path) -> None:
     with held(lock, 1.0) as holder:
         apt_get(*options, "update", "-qq", locks=[lock], timeout=60)
         assert holder.wait(10) == 0  # it held the lock its whole second, then let it go
+
+
+def test_a_lock_taken_between_the_wait_and_apt_get_is_waited_for_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Automatic updates run `apt-get update`, let the locks go, then take them again (a
+    new apt-get, unattended-upgrade): one taken in the moment between the wait and
+    apt-get's own locking failed apt-get at once. It is waited for again, then retried."""
+    options = own_lists(tmp_path)
+    lock = tmp_path / "lists/lock"
+    real_wait = apt.wait_for
+    with ExitStack() as stack:
+        taken: list[subprocess.Popen[str]] = []
+
+        def then_taken(paths: Sequence[Path], deadline: float, started: float) -> None:
+            real_wait(paths, deadline, started)
+            if not taken:  # another apt takes the lock right after the first wait
+                taken.append(stack.enter_context(held(lock, 1.0)))
+
+        monkeypatch.setattr(apt, "wait_for", then_taken)
+        apt_get(*options, "update", "-qq", locks=[lock], timeout=60)
+        assert taken and taken[0].wait(10) == 0
 
 
 def test_a_lock_held_past_the_bound_names_its_holder(tmp_path: Path) -> None:

@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 REPLAY = [sys.executable, "-m", "replay_server"]
 MODEL = "tiny-model"  # the model name the harnesses ask the fake model for
+# deepeval 4.3 pins click below 8.4, which huggingface-hub 2 (transformers 5) refuses: it
+# cannot join the harness extra, so it runs from a venv of its own (no torch either way)
+DEEPEVAL = "deepeval==4.3.1"
 _INHERITED_NOT = ("OPENAI_", "INSPECT_", "REPLAY_SERVER_", "LITELLM_", "FAKE_")
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.fakemodel.server import create_app as fake_model
 from tests.harnesses import inspect_runs
-from tests.harnesses.commands import BIN, REPLAY, ROOT, offline_env, run
+from tests.harnesses.commands import BIN, DEEPEVAL, REPLAY, ROOT, offline_env, run
 from tests.support import chat_record, chat_response, running, venv_python, write_jsonl
 
 pytestmark = [pytest.mark.harness, pytest.mark.http]
@@ -99,9 +99,6 @@ def test_a_changed_judge_is_a_miss_never_the_old_verdict(bench: Bench) -> None:
 
 # --------------------------------------------------------------------------- deepeval
 
-# deepeval 4.3 pins click below 8.4, which huggingface-hub 2 (transformers 5) refuses: it
-# cannot join the harness extra, so it runs from a venv of its own (no torch either way)
-DEEPEVAL = "deepeval==4.3.1"
 CANDIDATE_ANSWERS = {"What is 12 + 7?": "The answer is 19.", "What is 23 + 19?": "The answer "
                      "is 41.", "What is 9 * 8?": "The answer is 72.",
                      "What is 100 - 37?": "The answer is 64."}

@@ -119,3 +119,29 @@ def test_a_miss_like_no_saved_prompt_is_still_paired_by_its_longest_prefix() -> 
     found = CATALOG.closest(unrelated)
     longest = max(common_prefix(p, unrelated) for p, _ in CATALOG.items())
     assert found is not None and common_prefix(CATALOG.prompt(found), unrelated) == longest
+
+
+@pytest.mark.parametrize("fill", [b"a", b"="], ids=["one long word", "no word at all"])
+def test_a_miss_in_a_huge_prompt_scans_a_few_bytes_around_where_it_stops(
+        fill: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search for words looks at the words near where the match stops, never a whole
+    prompt: in a 2 MB run of one letter (or of no letter) it walked back byte by byte in
+    Python, seconds of the event loop per miss at the 16 MB body cap. Counted in bytes
+    looked at, not timed."""
+    import replay_server.index.catalog as catalog
+
+    looked = 0
+    word_byte = catalog._word_byte
+
+    def counting(data: bytes, at: int) -> bool:
+        nonlocal looked
+        looked += 1
+        return word_byte(data, at)
+
+    monkeypatch.setattr(catalog, "_word_byte", counting)
+    half = (fill * 1_000_000).decode()
+    saved = ListCatalog([(question(half + "X" + half), "run.jsonl:1"),
+                         (question("Zebras"), "run.jsonl:2")])
+    found = saved.nearest(question(half + "Y" + half))
+    assert found is not None and found[1] == "run.jsonl:1"
+    assert looked < 50_000  # (2 million before)

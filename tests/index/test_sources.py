@@ -94,3 +94,44 @@ def test_an_index_whose_saved_files_are_not_here_is_served_saying_so(
     assert StoredIndex(index).sources.stale() == []
     report = open_run([index], Settings()).report
     assert f"1 saved file(s) the index was built from are not here (e.g. {saved})" in report[-1]
+
+
+def test_a_file_of_an_indexed_folder_that_a_load_now_reads_makes_it_stale(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file the index did not read (empty when it was built: a recording just begun)
+    that now holds saved exchanges: serving the folder would read it, so the index is
+    stale, though the file was there before. A file still unread is no change."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    write_jsonl(runs / "a.jsonl", [chat_record("q", chat_response("a"))])
+    begun = runs / "b.jsonl"
+    begun.touch()
+    (runs / "notes.txt").write_text("what this run is\n")
+    index = indexed_in_its_folder(tmp_path, monkeypatch, "runs")
+    assert StoredIndex(index).sources.stale() == []
+    write_jsonl(begun, [chat_record("q", chat_response("b"))])
+    (runs / "notes.txt").write_text("what this run is, and more\n")
+    assert StoredIndex(index).sources.stale() == [f"{begun} (new)"]
+
+
+def test_sources_given_up_from_a_folder_since_removed_are_still_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`index ../runs` run in a build folder that is then removed: its sources were kept as
+    `BUILD/../runs/...`, which no longer names anything, so a changed source was served
+    stale with a warning that the files are not here."""
+    runs, build = tmp_path / "runs", tmp_path / "build"
+    runs.mkdir()
+    build.mkdir()
+    saved = write_jsonl(runs / "a.jsonl", [chat_record("q", chat_response("a"))])
+    alone = write_jsonl(tmp_path / "b.jsonl", [chat_record("r", chat_response("a"))])
+    with monkeypatch.context() as m:
+        m.chdir(build)
+        index_file.write(load(["../runs", "../b.jsonl"], progress=False), Path("../run.idx"))
+    build.rmdir()
+    for path, prompt in ((saved, "q"), (alone, "r")):
+        write_jsonl(path, [chat_record(prompt, chat_response("b"))])
+    sources = StoredIndex(tmp_path / "run.idx").sources
+    assert sources.missing() == []
+    assert sources.stale() == [f"{saved} (changed)", f"{alone} (changed)"]
+    assert f"replay-server index {runs} {alone} -o" in str(pytest.raises(
+        LoadError, sources.refuse_stale).value)

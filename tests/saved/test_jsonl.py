@@ -37,6 +37,18 @@ def test_a_cut_last_line_is_one_position_too(tmp_path: Path) -> None:
                                 "data); was the writer killed?")
 
 
+@pytest.mark.parametrize("end", [b"\n", b"\r\n"])
+def test_a_line_cut_short_inside_the_file_is_its_own_end(tmp_path: Path, end: bytes) -> None:
+    """A line cut inside the file (a bad copy, two writers): orjson places the end of data
+    after the newline, on a second line, column 1; the line's own column is its end. It
+    said `run.jsonl:2: not valid JSON at column 1`, the start of the line."""
+    path = tmp_path / "run.jsonl"
+    cut = LINE[:LINE.index(b",") + 1]  # `{"replay_record":1,`: outside a string
+    path.write_bytes(LINE + end + cut + end + LINE + end)
+    assert load_error(path) == (f"{path}:2: not valid JSON at column {len(cut) + 1} (the end "
+                                "of the line): unexpected end of data")
+
+
 def test_a_corrupt_json_file_is_its_line_and_column(tmp_path: Path) -> None:
     """A whole-file JSON (an inspect_ai log): the line in the file, then the column."""
     [source] = (DATA / "inspect_ai/arith_json").glob("*.json")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from replay_server.errors import LoadError
-from replay_server.saved.formats import READERS
+from replay_server.saved.formats import READERS, LoadContext
 from replay_server.saved.loader import Plan, plan
 from tests.support import chat_record, chat_response, write_jsonl
 
@@ -83,21 +83,18 @@ def test_a_folder_with_nothing_readable_names_each_file_and_why(tmp_path: Path) 
     (tmp_path / "README.md").write_text("notes\n")
     (tmp_path / "scores.csv").write_text("a,b\n1,2\n")
     (tmp_path / "empty.jsonl").write_text("")
-    (tmp_path / "broken.jsonl").write_text('{"a": 1,,}\n')
     (tmp_path / "other.jsonl").write_text('{"prompt": "q", "answer": "a"}\n')
     (tmp_path / "list.jsonl").write_text("[1, 2]\n")
     lines = planned_error(tmp_path).splitlines()
     assert lines[0] == (f"{tmp_path}: no saved generations found in this directory: no "
                         "reader claims any of its files:")
-    assert lines[1:7] == [f"  {tmp_path}/{why}" for why in [
+    assert lines[1:6] == [f"  {tmp_path}/{why}" for why in [
         "README.md: not JSON lines, and no reader claims it by its name",
-        "broken.jsonl:1: not valid JSON at column 9: unexpected character, expected a "
-        "string key",
         "empty.jsonl: empty",
         "list.jsonl:1: JSON, but not an object",
         "other.jsonl:1: a JSON object of a shape no reader claims (keys: answer, prompt)",
         "scores.csv: not JSON lines, and no reader claims it by its name"]]
-    assert lines[7:] == ["replay-server reads:", *(f"  - {r.expects}" for r in READERS)]
+    assert lines[6:] == ["replay-server reads:", *(f"  - {r.expects}" for r in READERS)]
 
 
 def test_a_jsonl_line_of_no_known_shape_says_which_shapes_are_read(tmp_path: Path) -> None:
@@ -116,3 +113,34 @@ def test_a_folder_lists_twenty_files_at_most(tmp_path: Path) -> None:
     lines = planned_error(tmp_path).splitlines()
     assert lines[20:22] == [f"  {tmp_path}/notes-19.txt: not JSON lines, and no reader "
                             "claims it by its name", "  and 5 more"]
+
+
+def test_a_saved_run_given_as_a_pipe_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    """`serve <(zcat run.jsonl.gz)`: a file is read twice (its first line to detect its
+    format, then whole), and a pipe gives its bytes once: the load began mid-line and said
+    `not valid JSON`, and a pipe with no writer yet waited for ever. Refused, naming it."""
+    fifo = tmp_path / "run.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(LoadError) as refused:
+        plan([fifo])  # (before the fix: blocks here, no writer)
+    assert str(refused.value) == (f"{fifo}: a pipe, not a saved file: a saved run is read "
+                                  "more than once; save it to a file first")
+
+
+def test_a_jsonl_file_in_a_folder_whose_first_line_is_no_json_stops_the_load(
+        tmp_path: Path) -> None:
+    """A damaged saved file (a bad copy, a recorder that crashed on its first line), not
+    one of no known format: it was ignored, and the requests it answers got misses, or
+    (an OpenAI Batch output) every line of its input `replay_unusable`, `the batch output
+    has no line`. Stops the load at FILE:1; --skip-bad-lines reports it and goes on."""
+    saved(tmp_path / "a.jsonl")
+    cut = tmp_path / "b.jsonl"
+    cut.write_text('{"id": "batch_req_1", "custom_id": "request-1", "response": {"status_')
+    (tmp_path / "notes.txt").write_text("not a saved run\n")  # no known format: ignored
+    error = planned_error(tmp_path)
+    assert error == f"{cut}:1: not valid JSON at column 70: unexpected end of data"
+    ctx = LoadContext(skip_bad_lines=True)
+    planned = plan([tmp_path], ctx)
+    assert [p.name for _, p in planned.files] == ["a.jsonl"]
+    assert [str(e) for e in ctx.bad_lines] == [error]
+    assert [p.name for p in planned.ignored] == ["notes.txt"]

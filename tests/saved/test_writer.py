@@ -67,3 +67,13 @@ def test_a_symlinked_output_replaces_the_file_it_points_to(tmp_path: Path) -> No
     with written_whole(link) as tmp:
         tmp.write_text("new\n")
     assert link.is_symlink() and (tmp_path / "real.jsonl").read_text() == "new\n"
+
+
+def test_a_pipe_is_never_replaced_by_a_file_written_whole(tmp_path: Path) -> None:
+    """Renaming the new file over a pipe (or a device: /dev/null) would replace the node."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    with pytest.raises(OSError, match="is a pipe, not a regular file"), written_whole(pipe):
+        pass
+    assert stat.S_ISFIFO(pipe.lstat().st_mode) and [p.name for p in tmp_path.iterdir()] == \
+        ["pipe"]

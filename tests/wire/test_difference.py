@@ -28,6 +28,13 @@ def chat(*texts: str) -> dict[str, Any]:
      "the text differs"),
     ("What is the capital of France? ", "What is the capital of France?",
      "whitespace differs at the end"),
+    # a word is 256 characters at most: one longer is looked for no further (a miss
+    # inside a long run of letters walked the whole prompt, seconds at the body cap)
+    ("What is " + "x" * 256 + " the capital of France?", "What is the capital of France?",
+     "the request has a word more"),
+    ("What is " + "x" * 257 + " the capital of France?", "What is the capital of France?",
+     "the text differs"),
+    ("a" * 10**6 + "Y" + "a" * 10**6, "a" * 10**6 + "X" + "a" * 10**6, "the text differs"),
 ])
 def test_the_kind_of_a_text_difference(asked: str, saved: str, kind: str) -> None:
     difference = first_difference(chat("Hi", asked), chat("Hi", saved))

@@ -38,8 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from replay_server.commands.base_urls import environment  # noqa: E402
 from tests.fakemodel.server import create_app as fake_model  # noqa: E402
-from tests.harnesses.commands import BIN, REPLAY, offline_env, service  # noqa: E402
-from tests.harnesses.test_judges import DEEPEVAL  # noqa: E402
+from tests.harnesses.commands import BIN, DEEPEVAL, REPLAY, offline_env, service  # noqa: E402
 from tests.support import runnable_blocks, running, venv_python  # noqa: E402
 
 RECORDED = "tests/data/recorded/"
