@@ -14,8 +14,8 @@ directory walked. From them:
   stale answer served quietly is the worst a replay can do;
 - `Sources.inputs`: the index and everything it was built from, as inputs that no output
   of a command may replace (`Plan.refuse_output`), as when the saved files are served.
-A saved file that is not there at all (the index copied to another machine) cannot be
-checked: `Sources.missing`.
+An index none of whose saved files is here (copied to another machine) cannot be checked:
+`Sources.missing`, said at start; one of them gone while another is here is a change.
 """
 
 from __future__ import annotations
@@ -71,26 +71,28 @@ class Sources:
 
     def stale(self) -> list[str]:
         """What changed since the index was built, each `FILE (changed)`, `FILE (gone)`
-        (from a directory it read that is still here) or `FILE (new)`: in such a
+        (from a directory it read that is still here, or while another of its saved files
+        is here: only an index none of whose files are here is served without them) or
+        `FILE (new)`: in such a
         directory, a file that a load would read now, and did not then (one added, or one
         no reader claimed then that changed since: a recording begun empty)."""
-        stale = []
+        stale: dict[str, None] = {}  # (in order, each once)
+        stamps = {s["file"]: _stamp(Path(s["file"])) for s in self.files}
+        here = any(stamp is not None for stamp in stamps.values())
         for source in self.files:
-            try:
-                st = os.stat(source["file"])
-            except OSError:
-                continue
-            if (st.st_size, st.st_mtime) != (source["size"], source["mtime"]):
-                stale.append(f"{source['file']} (changed)")
-        read = {s["file"] for s in self.files}
+            stamp = stamps[source["file"]]
+            if stamp is None and here:  # (none here at all: `missing`)
+                stale[f"{source['file']} (gone)"] = None
+            elif stamp is not None and stamp != [source["size"], source["mtime"]]:
+                stale[f"{source['file']} (changed)"] = None
         for folder, files in self.folders.items():
             if not os.path.isdir(folder):
                 continue
             now = {str(p): p for p in listing(Path(folder))}
-            stale += [f"{f} (gone)" for f in files if f in read and f not in now]
-            stale += [f"{f} (new)" for f, p in now.items() if f not in read
-                      and _stamp(p) != self.unread.get(f) and claimed(p)]
-        return stale
+            stale.update((f"{f} (gone)", None) for f in files if f in stamps and f not in now)
+            stale.update((f"{f} (new)", None) for f, p in now.items() if f not in stamps
+                         and _stamp(p) != self.unread.get(f) and claimed(p))
+        return list(stale)
 
     def missing(self) -> list[str]:
         """The saved files it was built from that are not here, nor their directory."""

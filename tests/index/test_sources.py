@@ -135,3 +135,19 @@ def test_sources_given_up_from_a_folder_since_removed_are_still_found(
     assert sources.stale() == [f"{saved} (changed)", f"{alone} (changed)"]
     assert f"replay-server index {runs} {alone} -o" in str(pytest.raises(
         LoadError, sources.refuse_stale).value)
+
+
+def test_a_source_gone_while_others_are_here_makes_it_stale(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only an index whose saved files are all elsewhere (copied to another machine) is
+    served without them; one deleted beside others still here is a change: serving the
+    same arguments would no longer load its answers."""
+    for name in ("A", "B"):
+        (tmp_path / name).mkdir()
+    first = write_jsonl(tmp_path / "A" / "run.jsonl", [chat_record("q", chat_response("a"))])
+    write_jsonl(tmp_path / "B" / "x.jsonl", [chat_record("r", chat_response("b"))])
+    index = indexed_in_its_folder(tmp_path, monkeypatch, "A/run.jsonl", "B/x.jsonl")
+    first.unlink()
+    assert StoredIndex(index).sources.stale() == [f"{first} (gone)"]
+    with pytest.raises(LoadError, match="gone"):
+        open_run([index], Settings())
