@@ -19,7 +19,7 @@ from ..errors import LoadError
 from ..index import file as index_file
 from ..index.index import Index, prompt_of
 from ..index.loading import load, report_lines
-from ..saved.loader import Plan
+from ..saved.loader import Plan, is_index
 from ..saved.writer import writable
 from ..settings import Settings
 from ..web import workers
@@ -45,7 +45,7 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
     output path fails before a long load."""
     if settings.out is not None:
         writable(Path(settings.out), "--out", append=True)
-    indexes = [Path(p) for p in paths if index_file.is_index(Path(p))]
+    indexes = [Path(p) for p in paths if is_index(Path(p))]
     if not indexes:
         loaded = load(paths, skip_bad_lines=settings.skip_bad_lines,
                       aliases=settings.aliases(), max_line=settings.max_line_size,

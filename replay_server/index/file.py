@@ -56,16 +56,7 @@ from .samples import needs_cursor
 
 FORMAT = "replay-server index"
 VERSION = 4
-SQLITE_MAGIC = b"SQLite format 3\x00"
 MMAP_BYTES = 1 << 40
-
-
-def is_index(path: Path) -> bool:
-    try:
-        with path.open("rb") as f:
-            return f.read(16) == SQLITE_MAGIC
-    except OSError:
-        return False
 
 
 _SCHEMA = """

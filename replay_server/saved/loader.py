@@ -212,9 +212,26 @@ def _not_json(path: Path, max_line: int) -> LoadError | None:
     return None
 
 
+# The first bytes of an SQLite database: an index file (index/file.py writes them).
+INDEX_MAGIC = b"SQLite format 3\x00"
+
+
+def is_index(path: Path) -> bool:
+    """Whether `path` is an index file rather than a saved run."""
+    try:
+        with path.open("rb") as f:
+            return f.read(len(INDEX_MAGIC)) == INDEX_MAGIC
+    except OSError:
+        return False
+
+
 def _unclaimed(path: Path, max_line: int) -> LoadError:
     """What a file no reader claims is, from its first line: for the user to see why, and
     which of the formats (`_formats`) it was meant to be."""
+    if is_index(path):
+        return LoadError(str(path), None, "an index file (written by `replay-server index`): "
+                         "`serve` and `run` open one, on its own; give this command the saved "
+                         "files it was built from")
     head = _head(path, max_line)
     if not head.strip():
         return LoadError(str(path), None, "empty")

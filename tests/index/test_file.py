@@ -15,6 +15,7 @@ from replay_server.index import file as index_file
 from replay_server.index.encoding import encode
 from replay_server.index.file import StoredIndex
 from replay_server.index.loading import load
+from replay_server.saved.loader import INDEX_MAGIC
 from replay_server.settings import Settings
 from replay_server.wire.keys import KEY_VERSION
 from tests.support import (
@@ -162,7 +163,7 @@ def test_a_damaged_table_read_at_start_is_refused(tmp_path: Path) -> None:
 
 def test_a_non_index_file_is_refused(tmp_path: Path) -> None:
     fake = tmp_path / "x.idx"
-    fake.write_bytes(index_file.SQLITE_MAGIC + b"\0" * 100)
+    fake.write_bytes(INDEX_MAGIC + b"\0" * 100)
     with pytest.raises(LoadError, match="not a replay-server index"):
         StoredIndex(fake)
 

@@ -144,3 +144,19 @@ def test_a_jsonl_file_in_a_folder_whose_first_line_is_no_json_stops_the_load(
     assert [p.name for _, p in planned.files] == ["a.jsonl"]
     assert [str(e) for e in ctx.bad_lines] == [error]
     assert [p.name for p in planned.ignored] == ["notes.txt"]
+
+
+def test_an_index_file_given_where_saved_files_are_read_says_what_it_is(
+        tmp_path: Path) -> None:
+    """`inspect run.idx`: not "not JSON lines" but what the file is and what to do."""
+    from replay_server.index import file as index_file
+    from replay_server.index.loading import load
+
+    index = tmp_path / "run.idx"
+    index_file.write(load([saved(tmp_path / "run.jsonl")], progress=False), index)
+    with pytest.raises(LoadError) as caught:
+        plan([index])
+    message = str(caught.value)
+    assert f"{index}: not a saved-run format" in message
+    assert "an index file (written by `replay-server index`)" in message
+    assert "give this command the saved files it was built from" in message
