@@ -307,9 +307,10 @@ class _CommandAfterDashes(click.Command):
 @click.option("--max-attempts", type=click.IntRange(min=0), default=MAX_ATTEMPTS,
               show_default=True,
               metavar="N",
-              help="Stop COMMAND (exit status 3) once one distinct request has been refused "
-              "N times: a harness that resends a refused request at once, forever, would "
-              "never end. Far above any client's retries; 0 never stops.")
+              help="Stop COMMAND (exit status 3; 6 for a judge's call under --upstream) once "
+              "one distinct request has been refused N times: a harness that resends a "
+              "refused request at once, forever, would never end. Far above any client's "
+              "retries; 0 never stops.")
 @click.option("--report", "report_to", type=click.Path(path_type=Path),
               help="Write one JSON line per distinct request to this file: answered (from "
               "which saved records) or not (the error, the nearest saved prompt, and where "
