@@ -76,7 +76,9 @@ class Stats:
         self.rejected: Counter[str] = Counter()
         self.misses: deque[dict[str, Any]] = deque(maxlen=100)
         self.failures: dict[tuple[Any, ...], Failure] = {}
-        self.requests = 0  # requests on the API, counted as they begin (by the web layer)
+        # requests on the API, counted by the web layer: a replay endpoint's as it begins,
+        # another route's as it is answered (a redirect is none: its client asks again)
+        self.requests = 0
         self.answered = 0  # requests answered from the saved run (a batch is one)
         self.undelivered = 0  # answers decided but never delivered (the client left first)
         self.resets = 0
