@@ -30,7 +30,16 @@ F = Callable[..., Any]
 
 
 def _say(line: str) -> None:
-    click.echo(line, err=True)
+    """Tell the user, on stderr. A line that cannot be written is dropped, and so is every
+    later one (stderr goes to /dev/null): no one is left to read them (Ctrl-C to `run ...
+    | tee` ends tee too; a terminal that closes sends SIGHUP and takes stderr along), and
+    the command must go on: `run` still stops COMMAND whole and exits with its status."""
+    try:
+        click.echo(line, err=True)
+    except OSError:
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, sys.stderr.fileno())  # (what the stream still holds goes there too)
+        os.close(quiet)
 
 
 def settings_options(*, leave_out: tuple[str, ...] = (), **defaults: Any
