@@ -30,7 +30,16 @@ F = Callable[..., Any]
 
 
 def _say(line: str) -> None:
-    click.echo(line, err=True)
+    """Tell the user, on stderr. A line that cannot be written is dropped, and so is every
+    later one (stderr goes to /dev/null): no one is left to read them (Ctrl-C to `run ...
+    | tee` ends tee too; a terminal that closes sends SIGHUP and takes stderr along), and
+    the command must go on: `run` still stops COMMAND whole and exits with its status."""
+    try:
+        click.echo(line, err=True)
+    except OSError:
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, sys.stderr.fileno())  # (what the stream still holds goes there too)
+        os.close(quiet)
 
 
 def settings_options(*, leave_out: tuple[str, ...] = (), **defaults: Any
@@ -307,9 +316,10 @@ class _CommandAfterDashes(click.Command):
 @click.option("--max-attempts", type=click.IntRange(min=0), default=MAX_ATTEMPTS,
               show_default=True,
               metavar="N",
-              help="Stop COMMAND (exit status 3) once one distinct request has been refused "
-              "N times: a harness that resends a refused request at once, forever, would "
-              "never end. Far above any client's retries; 0 never stops.")
+              help="Stop COMMAND (exit status 3; 6 for a judge's call under --upstream) once "
+              "one distinct request has been refused N times: a harness that resends a "
+              "refused request at once, forever, would never end. Far above any client's "
+              "retries; 0 never stops.")
 @click.option("--report", "report_to", type=click.Path(path_type=Path),
               help="Write one JSON line per distinct request to this file: answered (from "
               "which saved records) or not (the error, the nearest saved prompt, and where "

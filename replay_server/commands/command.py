@@ -184,12 +184,13 @@ class Command:
 
 
 def on_refusal(stop: Callable[[str], None], stop_on_miss: bool, max_attempts: int
-              ) -> Callable[[Failure], None]:
+              ) -> Callable[[Failure, bool], None]:
     """What `run` does at each failing attempt (`Stats.on_error`): stop COMMAND at the
-    first (--stop-on-miss), or once one distinct request has been refused `max_attempts`
-    times (a harness that resends a refused request at once, forever, would never end)."""
-    def on_error(failure: Failure) -> None:
-        if stop_on_miss:
+    first miss (--stop-on-miss), or once one distinct request, replayed or forwarded
+    upstream, has been refused `max_attempts` times (a harness that resends a refused
+    request at once, forever, would never end)."""
+    def on_error(failure: Failure, miss: bool) -> None:
+        if stop_on_miss and miss:
             stop("at the first miss (--stop-on-miss)")
         elif max_attempts and failure.attempts >= max_attempts:
             first = failure.first

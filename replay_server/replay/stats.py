@@ -76,7 +76,9 @@ class Stats:
         self.rejected: Counter[str] = Counter()
         self.misses: deque[dict[str, Any]] = deque(maxlen=100)
         self.failures: dict[tuple[Any, ...], Failure] = {}
-        self.requests = 0  # requests on the API, counted as they begin (by the web layer)
+        # requests on the API, counted by the web layer: a replay endpoint's as it begins,
+        # another route's as it is answered (a redirect is none: its client asks again)
+        self.requests = 0
         self.answered = 0  # requests answered from the saved run (a batch is one)
         self.undelivered = 0  # answers decided but never delivered (the client left first)
         self.resets = 0
@@ -91,9 +93,10 @@ class Stats:
         # start: a hit on one again changes nothing there, and a popular prompt saved by
         # many instances would otherwise walk them all on every hit.
         self.used_whole: set[int] = set()
-        # Called at each failing attempt with its distinct request's failure (`run`:
-        # --stop-on-miss, --max-attempts)
-        self.on_error: Callable[[Failure], None] | None = None
+        # Called at each failing attempt with its distinct request's failure, and whether
+        # it is a miss (a forwarded request's failed attempt is none: a retry may recover
+        # it) (`run`: --stop-on-miss at a miss, --max-attempts at any)
+        self.on_error: Callable[[Failure, bool], None] | None = None
         # Called for each unanswered tokenizer call too, when those fail the run (--strict)
         self.tokenizer_errors_fail = False
         # vLLM's tokenizer calls, apart from the generations: answered ("recorded",
@@ -228,16 +231,19 @@ class Stats:
     def _forward_failed(self, what: tuple[str, str, str], outcome: str, why: str,
                         prompt: str | None) -> None:
         """One more failed attempt of a distinct forwarded request: failing until a later
-        attempt is saved."""
+        attempt is saved. A harness that resends it forever is stopped like one that
+        resends a refused replay (`on_error`: `run --max-attempts`)."""
         now = round(time.time(), 3)
         failure = self.forward_failures.get(what)
         if failure is None:
-            self.forward_failures[what] = Failure(
+            failure = self.forward_failures[what] = Failure(
                 {"time": now, "model": what[0], "endpoint": what[1], "code": outcome,
                  "message": why, "prompt": prompt}, 1, now)
         else:
             failure.attempts += 1
             failure.last_time = now
+        if self.on_error is not None:
+            self.on_error(failure, False)
 
     def _forward_recovered(self, what: tuple[str, str, str]) -> None:
         """A saved attempt after failed ones: they were a client's retries that got
@@ -274,7 +280,7 @@ class Stats:
             failure.attempts += 1
             failure.last_time = now
         if self.on_error is not None:
-            self.on_error(failure)
+            self.on_error(failure, True)
 
     def tokenizer_error(self, endpoint: str, model: str | None, why: str) -> bool:
         """A tokenizer call that got no answer (never a generation: not a failure of the
@@ -290,7 +296,7 @@ class Stats:
             failure.attempts += 1
             failure.last_time = now
         if self.tokenizer_errors_fail and self.on_error is not None:
-            self.on_error(failure)
+            self.on_error(failure, True)
         return first
 
     def failed(self) -> int:

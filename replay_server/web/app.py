@@ -105,18 +105,24 @@ class ReplayApp(FastAPI):
         if not _counted(scope):
             await super().__call__(scope, receive, send)
             return
-        self.replayer.stats.requests += 1  # (each has an outcome: an error, or an answer)
         await super().__call__(scope, receive, self._counting(scope, send))
 
     def _counting(self, scope: Scope, send: Send) -> Send:
-        """`send`, counting an error answer to a request `_counted` names (a misspelled
-        endpoint, a wrong method): a harness that swallows it would otherwise pass."""
+        """`send`, counting a request `_counted` names as it is answered (these routes
+        read no body: answered is the one way they end), and an error answer as a
+        failure (a misspelled endpoint, a wrong method): a harness that swallows it would
+        otherwise pass. A redirect (307: a path with a trailing slash, as vLLM answers it)
+        is no request of its own: the one its client then sends is counted."""
 
         async def counting(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] >= 400:
-                error = ReplayServerError(f"HTTP {message['status']} for {scope['method']} "
+            status = message.get("status", 0) if message["type"] == "http.response.start" \
+                else 0
+            if status and not 300 <= status < 400:  # (each has an outcome: an error, or an
+                self.replayer.stats.requests += 1   # answer: a reset, a saved response)
+            if status >= 400:
+                error = ReplayServerError(f"HTTP {status} for {scope['method']} "
                                           f"{scope['path']}")
-                error.status = message["status"]
+                error.status = status
                 self.replayer.count(None, scope["path"], error)
             await send(message)
 

@@ -178,6 +178,38 @@ def test_a_second_signal_kills_what_ignores_the_first(tmp_path: Path,
     assert "killing what is left of COMMAND at once (on SIGINT while stopping it)" in err
 
 
+@pytest.mark.slow
+@pytest.mark.http
+def test_a_signal_to_run_whose_output_is_gone_still_stops_everything(
+        tmp_path: Path, stray: list[int]) -> None:
+    """Ctrl-C to `run ... 2>&1 | tee LOG` ends tee too, and a terminal that closes (SIGHUP)
+    takes run's stderr with it: a line run cannot print must not end run, which would
+    leave what ignores SIGTERM running for ever (it did: run exited 1, no SIGKILL came)."""
+    ready = tmp_path / "ready"
+    stubborn = "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \
+        f"open({str(ready)!r}, 'w').write(str(os.getpid())); time.sleep(100)"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "replay_server", "run", "examples/", "--log-level", "warning",
+         "--", sys.executable, "-c", stubborn], cwd=ROOT, text=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    stray.append(process.pid)
+    deadline = time.monotonic() + 60
+    while not (ready.exists() and ready.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    stray.append(int(ready.read_text()))
+    assert process.stderr is not None
+    process.stderr.close()  # (tee ended: run's next line meets a broken pipe)
+    process.send_signal(signal.SIGINT)
+    try:
+        status = process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+    assert status == 130
+    assert not alive(stray[-1])
+
+
 def test_the_process_table_reads_a_name_of_spaces_and_parentheses(tmp_path: Path) -> None:
     odd = tmp_path / "a) b (c"
     odd.symlink_to(Path(sys.executable))

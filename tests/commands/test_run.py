@@ -250,6 +250,21 @@ except openai.NotFoundError:
 
 
 @pytest.mark.slow
+def test_a_redirect_the_client_follows_to_its_answer_is_no_request_without_one() -> None:
+    """An endpoint's path with a trailing slash is redirected to the endpoint (307), as
+    vLLM (FastAPI) does, and openai-python follows it to its answer: a faithful rescoring
+    passes (it failed with "1 cut off in flight")."""
+    slashed = ALL.replace(
+        'client.completions.create(model="demo/tiny-chat-model", prompt=prompt)',
+        'print(client.post("/completions/", cast_to=object, body={"model": '
+        '"demo/tiny-chat-model", "prompt": prompt})["choices"][0]["text"])')
+    assert slashed != ALL
+    result = run("--", sys.executable, "-c", slashed)
+    assert result.returncode == 0, result.stderr
+    assert "got no answer" not in result.stderr
+
+
+@pytest.mark.slow
 def test_stop_on_miss_counts_only_requests_with_an_outcome() -> None:
     """A request begun but not sent whole when COMMAND is stopped is cut off in flight:
     it does not fail the run again."""

@@ -258,3 +258,36 @@ def test_a_judge_call_cut_off_by_a_signal_to_run_is_no_upstream_failure(
                 os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 143, err
     assert "failed attempts: none; cut off when run stopped COMMAND: 1" in err
+
+
+# a harness that resends a failed judge call at once, whatever the error (evalplus's way)
+RESENT = """
+import sys, openai
+client = openai.OpenAI(max_retries=0)
+for _ in range(int(sys.argv[1])):
+    try:
+        client.chat.completions.create(model="judge-model", messages=[
+            {"role": "user", "content": "GRADE: $LETTER " + sys.argv[2]}])
+        break
+    except openai.APIError:
+        pass
+print("not stopped")
+"""
+
+
+@pytest.mark.slow
+def test_a_judge_call_refused_again_and_again_stops_the_command_at_the_bound(
+        judge: str, tmp_path: Path) -> None:
+    """A harness that resends a judge call the upstream keeps refusing would never end,
+    and would spend the judge's quota: stopped at --max-attempts as a replay refusal is,
+    and not by --stop-on-miss at the first (a retry may recover it)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "replay_server", "run", str(SAVED), "--upstream", judge,
+         "--out", str(tmp_path / "judge.jsonl"), "--allow-unused", "--max-attempts", "5",
+         "--stop-on-miss", "--log-level", "warning", "--", sys.executable, "-c", RESENT,
+         "60", "[fault: 429]"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 6, result.stderr
+    assert "not stopped" not in result.stdout
+    assert "replay-server run: stopped COMMAND when one request had been refused 5 times " \
+        "(--max-attempts 5; 0 never stops): [upstream_error] /v1/chat/completions " \
+        f"model={JUDGE}: HTTP 429" in result.stderr

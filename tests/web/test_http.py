@@ -307,8 +307,9 @@ def test_requests_pipelined_before_a_half_close_are_each_answered() -> None:
         return answers + one_by_one(port, [post(CHAT, chat("count?"))])
 
     answers, app = served(three_then_shut)
+    # (whether the last of them says `connection: close` depends on whether the half-close
+    # was read before it was written: not asserted)
     assert [content(a) for a in answers] == ["1", "2", "3", "4"]
-    assert b"\r\nconnection: close\r\n" in answers[2]  # the last before the close says so
     stats = app.replayer.stats
     assert stats.requests == stats.answered == 4 and stats.undelivered == 0
 

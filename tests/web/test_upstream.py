@@ -4,6 +4,8 @@ and is saved; a saved model never does; the next rescoring replays the judge."""
 from __future__ import annotations
 
 import json
+import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -174,6 +176,38 @@ def test_an_upstream_error_passes_through_and_is_counted_not_saved(
     assert [f.first["message"] for f in stats.forward_failures.values()] == \
         ['HTTP 503: {"error":{"message":"overloaded"}}']
     assert out.read_bytes() == b""
+
+
+@pytest.mark.slow
+def test_an_answer_saved_but_never_delivered_is_abandoned_not_saved(
+        saved: Path, tmp_path: Path) -> None:
+    """A client that leaves while its judge's answer is being saved (its timeout fired:
+    the harness scores the item as failed) never got it: the attempt is abandoned, and
+    `run` fails on it (it was counted saved). The answer stays in --out, written before
+    its end could go out, as every recording is."""
+    out = tmp_path / "judge.jsonl"
+    big = chat_response("GRADE: C " + "x" * 40_000_000)  # its save takes a while
+
+    async def answer(request: Request) -> Response:
+        return JSONResponse(big)
+
+    with running(Starlette(routes=[Route("/v1/chat/completions", answer, methods=["POST"])])) \
+            as upstream, replaying([saved], upstream=upstream, out=str(out)) as (replay, app):
+        body = json.dumps({"model": JUDGE, "messages": [{"role": "user", "content": GRADE}]})
+        stats = app.state.replayer.stats
+        with socket.create_connection(("127.0.0.1", replay.base_url.port)) as client:
+            client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                           b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                           % (len(body), body.encode()))
+            deadline = time.monotonic() + 60
+            while not out.exists() or out.stat().st_size == 0:  # the save has begun
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+        while not stats.forwarded:  # (its outcome is known once the answer could not go)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    assert stats.forwarded == {JUDGE: {"abandoned": 1}}
+    assert out.stat().st_size > 40_000_000
 
 
 # What a client may send that carries a key: none of it is the upstream's to see.
