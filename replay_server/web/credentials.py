@@ -15,6 +15,7 @@ value.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Mapping
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -52,3 +53,13 @@ def shown(url: str) -> str:
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, host, parts.path, query_without_keys(parts.query),
                        parts.fragment))
+
+
+def basic_auth(url: str) -> str | None:
+    """The `Authorization` value that `url`'s userinfo (`user:password@`) stands for, as
+    HTTP clients send it (basic auth), or None: it has none."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return None
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    return "Basic " + base64.b64encode(pair.encode()).decode("ascii")

@@ -84,7 +84,7 @@ from ..saved.writer import RecordWriter
 from ..wire.families import error_body_of, family_for, family_of
 from ..wire.family import Aggregator, Family
 from ..wire.sse import Frames, StreamError
-from .credentials import query_without_keys, shown, without_keys
+from .credentials import basic_auth, query_without_keys, shown, without_keys
 from .relay import Relay, unless_gone, watch_disconnect
 
 log = logging.getLogger(__name__)
@@ -141,9 +141,11 @@ class Recorder:
     def __init__(self, upstream: str, writer: RecordWriter, *, upstream_key: str | None = None,
                  pass_keys: bool = True) -> None:
         # The URL's credentials (userinfo, a `key=` parameter) reach the upstream with
-        # every request; `upstream`, the URL that is saved and printed, has none of them.
+        # every request (userinfo as basic auth: `headers`); `upstream`, the URL that is
+        # saved and printed, has none of them.
         parts = urlsplit(upstream)
-        self._base = urlunsplit((parts.scheme, parts.netloc,
+        self._basic = basic_auth(upstream)
+        self._base = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2],
                                  parts.path.rstrip("/").removesuffix("/v1"), "", ""))
         self._params = parts.query
         self.upstream = shown(self._base + (f"?{parts.query}" if parts.query else ""))
@@ -231,13 +233,19 @@ class Recorder:
     def headers(self, client: Mapping[str, str], family: Family) -> dict[str, str]:
         """The headers sent upstream: the client's, less hop-by-hop ones; on the judge path,
         less every one that can carry a key, and with the upstream's key in the form its
-        API reads (`family`'s `credential`)."""
+        API reads (`family`'s `credential`). The upstream URL's userinfo goes as basic
+        auth, in place of the client's `Authorization` (under `record`: the URL is the
+        operator's own setting, a harness's key often a stand-in), but never in place of
+        --upstream-api-key (an explicit key for the judge, which it beats)."""
         headers = _forward_headers(client)
         if not self.pass_keys:
             headers = without_keys(headers)
             if self.upstream_key is not None:
                 name, value = family.credential(self.upstream_key)
                 headers[name] = value
+        if self._basic is not None and (self.pass_keys or self.upstream_key is None):
+            headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            headers["authorization"] = self._basic
         headers["accept-encoding"] = "identity"
         return headers
 
@@ -344,7 +352,8 @@ class Recorder:
         """Why the upstream cannot be reached, or None: `GET /v1/models` there, where any
         answer at all (a 401 or a 404 too) says that a server listens."""
         try:
-            httpx.get(f"{self._base}/v1/models", params=self._params, timeout=timeout)
+            httpx.get(f"{self._base}/v1/models", params=self._params, timeout=timeout,
+                      headers=self.headers({}, family_for(MODELS_PATH, [])))
         except httpx.HTTPError as e:
             return f"{type(e).__name__}: {e}"
         return None
@@ -355,7 +364,7 @@ class Recorder:
         (a 400 or a 401 says the route is there)."""
         try:
             reply = httpx.post(f"{self._base}{path}", params=self._params, json={},
-                               timeout=timeout)
+                               timeout=timeout, headers=self.headers({}, family_for(path, [])))
         except httpx.HTTPError:
             return None
         return reply.status_code not in (404, 405)

@@ -180,6 +180,27 @@ def test_credentials_in_the_upstream_url_are_used_and_never_saved(tmp_path: Path
     assert not any(k in saved + rec.summary() for k in ("pw-secret", "q-secret"))
 
 
+@pytest.mark.parametrize("judge", [False, True])
+def test_the_url_s_basic_auth_beats_a_client_s_key_and_never_the_judge_s(
+        tmp_path: Path, judge: bool) -> None:
+    """One `Authorization` goes upstream. Under `record` the URL's `user:password` (the
+    operator's setting) replaces the client's key (a harness's is often a stand-in); on
+    the judge path --upstream-api-key is the explicit key, and the URL's never replaces
+    it (httpx would have put basic auth in its place, silently)."""
+    upstream = Counting(fake_model([MODEL]))
+    with running(upstream) as up:
+        host = up.removeprefix("http://").removesuffix("/v1")
+        rec = Recorder(f"http://user:pw-secret@{host}/v1", RecordWriter(tmp_path / "run.jsonl"),
+                       upstream_key="sk-judge" if judge else None, pass_keys=not judge)
+        with running(create_record_app(rec)) as url, openai.OpenAI(base_url=url,
+                                                                  api_key="sk-own") as client:
+            client.chat.completions.create(model=MODEL, messages=question(1))
+        rec.writer.close()
+    (headers, _), = upstream.heard
+    sent = [v for k, v in headers if k == "authorization"]
+    assert sent == ["Bearer sk-judge" if judge else "Basic dXNlcjpwdy1zZWNyZXQ="]
+
+
 def test_models_are_forwarded(recorder: tuple[str, Recorder]) -> None:
     with openai.OpenAI(base_url=recorder[0], api_key="x") as client:
         models = client.models.list()
