@@ -382,7 +382,8 @@ class Replayer:
         if endpoint == COUNT_TOKENS_PATH and isinstance(error, NoMatch):
             why = ("no saved count_tokens answer for this request (an inspect_ai log keeps "
                    "none: record the run to have them)")
-            first = self.stats.tokenizer_error(endpoint, model, why)
+            call = str(error.detail.get("prompt") or error.message).encode()
+            first = self.stats.tokenizer_error(endpoint, model, why, call)
             (log.warning if first else log.debug)(
                 "tokenizer call unanswered model=%s %s: %s", asked or model or "-", endpoint,
                 why)

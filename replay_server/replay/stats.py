@@ -62,6 +62,17 @@ class Failure:
     last_time: float = field(default=0.0)
 
 
+def attempt(table: dict[Any, Failure], what: Any, first: dict[str, Any]) -> Failure:
+    """One more attempt of the distinct request `what` in `table`: its Failure, made with
+    `first` (what its first attempt was) when this is the first."""
+    failure = table.get(what)
+    if failure is None:
+        failure = table[what] = Failure(first, 0)
+    failure.attempts += 1
+    failure.last_time = first["time"]
+    return failure
+
+
 class Stats:
     """The counters of one replay service: per model, the prompts answered (`hits`) and
     each replay error; every other error answer, by status (`rejected`); the last misses
@@ -103,6 +114,7 @@ class Stats:
         # "computed") or "unanswered"; and each reason one went unanswered, per endpoint.
         self.tokenizer: Counter[str] = Counter()
         self.tokenizer_unanswered: dict[tuple[str, str], Failure] = {}
+        self.tokenizer_calls: dict[tuple[str, bytes], Failure] = {}  # (by call: a digest)
         # Set by `run`: every pass counts, whatever the resets between them.
         self.whole_run = False
         # Requests forwarded upstream, per model asked for (`--upstream`), by outcome; each
@@ -137,6 +149,7 @@ class Stats:
         self.used_whole.clear()
         self.tokenizer.clear()
         self.tokenizer_unanswered.clear()
+        self.tokenizer_calls.clear()
 
     def hit(self, model: str, entry: Entry | Exchange, selection: Selection) -> None:
         self.counts[model]["hits"] += 1
@@ -233,15 +246,9 @@ class Stats:
         """One more failed attempt of a distinct forwarded request: failing until a later
         attempt is saved. A harness that resends it forever is stopped like one that
         resends a refused replay (`on_error`: `run --max-attempts`)."""
-        now = round(time.time(), 3)
-        failure = self.forward_failures.get(what)
-        if failure is None:
-            failure = self.forward_failures[what] = Failure(
-                {"time": now, "model": what[0], "endpoint": what[1], "code": outcome,
-                 "message": why, "prompt": prompt}, 1, now)
-        else:
-            failure.attempts += 1
-            failure.last_time = now
+        failure = attempt(self.forward_failures, what, {
+            "time": round(time.time(), 3), "model": what[0], "endpoint": what[1],
+            "code": outcome, "message": why, "prompt": prompt})
         if self.on_error is not None:
             self.on_error(failure, False)
 
@@ -273,31 +280,24 @@ class Stats:
                 "code": code, "message": error.message, **detail}
         self.misses.append(miss)
         what = (model, endpoint, code, detail.get("prompt") or error.message)
-        failure = self.failures.get(what)
-        if failure is None:
-            failure = self.failures[what] = Failure(miss, 1, now)
-        else:
-            failure.attempts += 1
-            failure.last_time = now
+        failure = attempt(self.failures, what, miss)
         if self.on_error is not None:
             self.on_error(failure, True)
 
-    def tokenizer_error(self, endpoint: str, model: str | None, why: str) -> bool:
+    def tokenizer_error(self, endpoint: str, model: str | None, why: str, call: bytes
+                        ) -> bool:
         """A tokenizer call that got no answer (never a generation: not a failure of the
-        replay, see replay/tokenizer.py); True for the first of its endpoint and reason."""
+        replay, see replay/tokenizer.py), counted by its endpoint and reason; `call`
+        (a digest of its body) tells a call sent again (`on_error`: `run --max-attempts`)
+        from another one. True for the first of its endpoint and reason."""
         self.tokenizer["unanswered"] += 1
-        now = round(time.time(), 3)
-        failure = self.tokenizer_unanswered.get((endpoint, why))
-        first = failure is None
-        if failure is None:
-            failure = self.tokenizer_unanswered[(endpoint, why)] = Failure(
-                {"time": now, "model": model, "endpoint": endpoint, "why": why}, 1, now)
-        else:
-            failure.attempts += 1
-            failure.last_time = now
+        first = {"time": round(time.time(), 3), "model": model, "endpoint": endpoint,
+                 "why": why}
+        reported = attempt(self.tokenizer_unanswered, (endpoint, why), first)
+        again = attempt(self.tokenizer_calls, (endpoint, call), first)
         if self.tokenizer_errors_fail and self.on_error is not None:
-            self.on_error(failure, True)
-        return first
+            self.on_error(again, True)
+        return reported.attempts == 1
 
     def failed(self) -> int:
         """Requests that got no saved generation, retries included."""

@@ -22,6 +22,7 @@ tokenizer.json alone does not give). Those are answered only from recordings.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 
@@ -75,7 +76,7 @@ class TokenizerAnswers:
                 data = self._computed(run, request, why)
                 how, source = "computed", b"--tokenizer"
         except ReplayServerError as error:
-            self.unanswered(endpoint, model, error)
+            self.unanswered(endpoint, model, error, hashlib.sha256(body).digest())
             raise
         self.stats.tokenizer[how] += 1
         return [_JSON_TYPE, (b"content-length", b"%d" % len(data)),
@@ -105,11 +106,12 @@ class TokenizerAnswers:
         answer["token_strs"] = local.token_strs(ids) if data.get("return_token_strs") else None
         return orjson.dumps(answer)
 
-    def unanswered(self, endpoint: str, model: str | None, error: ReplayServerError) -> None:
+    def unanswered(self, endpoint: str, model: str | None, error: ReplayServerError,
+                   call: bytes) -> None:
         """Count a tokenizer call that got no answer; the first of each reason is logged
         at WARNING (a harness may send two a request: one line each would drown the log)."""
         why = error.detail.get("why") or f"request error {error.status}: {error.message}"
-        first = self.stats.tokenizer_error(endpoint, model, why)
+        first = self.stats.tokenizer_error(endpoint, model, why, call)
         (log.warning if first else log.debug)(
             "tokenizer call unanswered model=%s %s: %s", model or "-", endpoint,
             error.message)

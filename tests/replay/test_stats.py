@@ -68,3 +68,17 @@ def test_a_reset_forgets_the_recovered_failures_unless_the_stats_are_a_whole_run
     whole.whole_run = True
     whole.reset()
     assert len(whole.forward_recovered) == 1
+
+
+def test_unanswered_tokenizer_calls_are_attempts_of_the_same_call_only() -> None:
+    """Reported by reason, but `--max-attempts` counts one call sent again: fifty different
+    calls left unanswered for one reason are no request refused fifty times."""
+    stats = Stats(build([]))
+    stats.tokenizer_errors_fail = True
+    heard: list[int] = []
+    stats.on_error = lambda failure, miss: heard.append(failure.attempts)
+    for call in (b"a", b"b", b"c", b"a", b"a"):
+        stats.tokenizer_error("/tokenize", "m", "no --tokenizer", call)
+    assert heard == [1, 1, 1, 2, 3]
+    (reported,) = stats.tokenizer_unanswered.values()
+    assert reported.attempts == 5
