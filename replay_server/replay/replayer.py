@@ -13,6 +13,7 @@ and logs once every request that gets no saved generation.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections import ChainMap
@@ -213,15 +214,18 @@ class Replayer:
                   why: str) -> None:
         """Count what became of a request that went upstream (the recorder's outcome);
         a failed attempt is logged once, at WARNING, since it fails `run` unless a retry
-        gets through."""
+        gets through. A request is told from another by its key, or, where it has none
+        here (one that continues a turn is keyed by the upstream's answer; one this
+        server cannot read, the upstream judged), by its body: a retry sends the same."""
         prompt = None
         try:
             request = family_of(endpoint).parse(body)
             if request.family.chained and request.family.previous_id(request.data) is None:
-                request.key(None)  # (one that continues a turn is keyed by the upstream's)
+                request.key(None)
             prompt = request.keys[0].hex() if request.keys else None  # (a batch: its first)
         except ReplayServerError:
-            pass  # the upstream judged the request; its key is only for the report
+            pass
+        prompt = prompt or hashlib.sha256(body).hexdigest()
         counted = self.stats.forward(model, endpoint, prompt, outcome, why)
         if counted in FORWARD_FAILURES:
             log.warning("upstream error (%s) model=%s %s: %s", counted, model, endpoint,

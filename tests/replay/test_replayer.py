@@ -280,3 +280,22 @@ def test_an_answer_taken_before_a_reset_frees_nothing_after_it() -> None:
     assert texts(ask(r, "q")) == ["2"]
     r.settle(before, False)  # settled once
     assert r.stats.undelivered == 1
+
+
+@pytest.mark.parametrize("body", [
+    {"model": "judge", "input": "grade it", "previous_response_id": "resp_1"},  # not keyed
+    {"model": "judge", "input": 7},  # not a request the family reads
+])
+def test_a_forwarded_request_that_cannot_be_keyed_is_retried_by_its_body(
+        body: dict[str, Any]) -> None:
+    """A judge's Responses call that continues a turn is keyed by the upstream's answer,
+    not here: its retry (the same body) that got through recovers its 429, so `run` does
+    not fail a judge that answered; another body recovers nothing."""
+    r = replayer([chat_record("q", chat_response("a"))])
+    sent = orjson.dumps(body)
+    r.forwarded("/v1/responses", sent, "judge", "upstream_error", "HTTP 429")
+    r.forwarded("/v1/responses", sent + b" ", "judge", "recorded", "")
+    assert len(r.stats.forward_failures) == 1
+    r.forwarded("/v1/responses", sent, "judge", "recorded", "")
+    assert r.stats.forward_failures == {}
+    assert [f.attempts for f in r.stats.forward_recovered.values()] == [1]
