@@ -60,8 +60,8 @@ class Settings:
     workers: int = _setting(
         1, "Worker processes. More than 1 needs an index file (`replay-server index`), "
         "which the workers share.")
-    access_log: bool = _setting(False, "Log every request (uvicorn's access log; it costs "
-                                "throughput).")
+    access_log: bool = _setting(False, "Log every request (uvicorn's access log, with no "
+                                "key-like query parameter; it costs throughput).")
     log_level: str = _setting("info", "Log level: debug, info, warning or error.",
                               choices=("debug", "info", "warning", "error"))
     upstream: str | None = _setting(

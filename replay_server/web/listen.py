@@ -9,6 +9,7 @@ here (`Config`, `Server`); the protocol is the one quarantined use of its intern
 from __future__ import annotations
 
 import errno
+import logging
 import signal
 import socket
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 import uvicorn
 
 from ..settings import DEFAULT_READ_TIMEOUT, Settings
+from .credentials import query_without_keys
 from .guarded import GuardedProtocol
 
 
@@ -60,9 +62,33 @@ def uvicorn_config(app: Any, log_level: str, access_log: bool,
     X-Forwarded-* headers: nothing here reads a client's address, and uvicorn's
     middleware for them would wrap every request."""
     GuardedProtocol.read_timeout = read_timeout
-    return uvicorn.Config(app, log_level=log_level, access_log=access_log,
-                          http=GuardedProtocol, timeout_graceful_shutdown=30,
-                          proxy_headers=False, **more)
+    config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
+                            http=GuardedProtocol, timeout_graceful_shutdown=30,
+                            proxy_headers=False, **more)
+    logging.getLogger("uvicorn.access").addFilter(_KEYS_LEFT_OUT)  # (once: a filter is a set)
+    return config
+
+
+class _KeysLeftOut(logging.Filter):
+    """The access log (`--access-log`) prints each request's path with its query: a key
+    sent there (`?key=`, Google's clients send theirs so) is never printed. Any argument of
+    a record that holds a query loses its key-like parameters (`credentials`); the record
+    is still logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(_without_keys(a) if isinstance(a, str) and "?" in a else a
+                                for a in record.args)
+        return True
+
+
+def _without_keys(path: str) -> str:
+    path, _, query = path.partition("?")
+    query = query_without_keys(query)
+    return f"{path}?{query}" if query else path
+
+
+_KEYS_LEFT_OUT = _KeysLeftOut()
 
 
 class _Stop:

@@ -6,11 +6,12 @@ import signal
 import socket
 import subprocess
 
+import httpx
 import pytest
 
 from replay_server.settings import Settings
 from replay_server.web import listen
-from tests.support import CLI, ROOT
+from tests.support import CLI, ROOT, spawn
 
 
 @pytest.fixture
@@ -68,3 +69,15 @@ def test_a_signal_once_loaded_asks_the_server_to_stop_and_is_never_lost(sig: int
         listen.run_uvicorn(object(), sock, Settings())  # returns at once: asked to stop
     with listen.stop_signals():
         assert not listen.stop_requested()  # each command starts afresh
+
+
+@pytest.mark.slow
+def test_the_access_log_never_prints_a_key_sent_in_the_query() -> None:
+    """`--access-log` prints each request's path and query: a `key=` (Google's clients send
+    their key so) or any key-like parameter is left out of it, the rest kept."""
+    with spawn("serve", "examples/", "--access-log") as server:
+        httpx.get(f"{server.url}/models?key=q-secret&api_key=a-secret&limit=2")
+        server.stop()
+    logged = [line for line in server.lines if "GET /v1/models" in line]
+    assert logged and "limit=2" in logged[0], server.output
+    assert "secret" not in server.output
