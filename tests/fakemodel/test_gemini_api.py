@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,8 @@ from google.oauth2.credentials import Credentials
 from pydantic import BaseModel
 
 from tests.fakemodel.server import create_app
-from tests.support import running
+from tests.harnesses.commands import BIN, offline_env
+from tests.support import ROOT, running
 
 pytestmark = pytest.mark.http
 MODEL = "gemini-fake"
@@ -300,3 +304,91 @@ def test_sdk_on_vertex_ai_paths(fake: Fake) -> None:
     assert [w["path"] for w in fake.since(mark)] == [
         f"/v1beta1/projects/p/locations/us-central1/publishers/google/models/{MODEL}:{method}"
         for method in ("generateContent", "countTokens")]
+
+
+# --------------------------------------------------------------------------- the harnesses
+
+
+def harness_env(home: Path, **variables: str) -> dict[str, str]:
+    """An offline harness environment with none of Google's variables but `variables`."""
+    env = {k: v for k, v in offline_env(home).items()
+           if not k.startswith(("GOOGLE_", "GEMINI_", "VERTEX"))}
+    return {**env, **variables}
+
+
+@pytest.mark.harness
+@pytest.mark.slow
+@pytest.mark.parametrize(("variable", "streaming"), [("GOOGLE_BASE_URL", "false"),
+                                                     ("GOOGLE_GEMINI_BASE_URL", "true")])
+def test_inspect_google_provider(fake: Fake, tmp_path: Path, variable: str,
+                                 streaming: str) -> None:
+    """inspect_ai's `google/` model reads its own GOOGLE_BASE_URL, or leaves the base URL to
+    the SDK (GOOGLE_GEMINI_BASE_URL); it thinks for a gemini-2.5 name, and sends the
+    thought signature of its calculator call back with the call."""
+    from inspect_ai.log import read_eval_log
+
+    shutil.copytree(ROOT / "tests" / "data" / "gen" / "tasks", tmp_path / "tasks")
+    mark = fake.mark()
+    ran = subprocess.run(
+        [str(BIN / "inspect"), "eval", "inspect_arith.py", "--model", "google/gemini-2.5-flash",
+         "-M", f"streaming={streaming}", "--temperature", "0", "--display", "plain",
+         "--log-dir", str(tmp_path / "logs")],
+        env=harness_env(tmp_path, **{variable: fake.root, "GOOGLE_API_KEY": "any-key"}),
+        cwd=tmp_path / "tasks", capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    (log,) = (read_eval_log(str(p)) for p in (tmp_path / "logs").glob("*.eval"))
+    assert log.status == "success" and len(log.samples) == 6
+    wire = fake.since(mark)
+    method = "streamGenerateContent" if streaming == "true" else "generateContent"
+    assert {w["path"] for w in wire} == {f"/v1/models/gemini-2.5-flash:{method}"}
+    assert all("chunks" in w for w in wire) == (streaming == "true")
+    given = {s for w in wire for s in signatures([c["content"]
+                                                 for c in w["response"]["candidates"]])}
+    assert any(set(signatures(w["request"]["contents"])) & given for w in wire)
+
+
+LITELLM = """
+import json, litellm
+model, ask = "gemini/gemini-2.5-flash", [{"role": "user", "content": "What is 12 + 7?"}]
+tools = [{"type": "function", "function": {"name": "calculator", "parameters": {
+    "type": "object", "properties": {"expression": {"type": "string"}}}}}]
+out = {"plain": litellm.completion(model=model, messages=ask, temperature=0)
+       .choices[0].message.content}
+out["streamed"] = "".join(c.choices[0].delta.content or "" for c in litellm.completion(
+    model=model, messages=ask, temperature=0, stream=True))
+two = litellm.completion(model=model, messages=ask, n=2, reasoning_effort="low")
+out["reasoning"] = [c.message.reasoning_content for c in two.choices]
+chat = [{"role": "user", "content": "Please use the calculator: what is 6 * 7?"}]
+called = litellm.completion(model=model, messages=chat, tools=tools, reasoning_effort="low")
+call = called.choices[0].message.tool_calls[0]
+chat += [called.choices[0].message.model_dump(),
+         {"role": "tool", "tool_call_id": call.id, "content": "42"}]
+out["tool"] = litellm.completion(model=model, messages=chat, tools=tools,
+                                 reasoning_effort="low").choices[0].message.content
+try:
+    litellm.completion(model="gemini/no-such-model", messages=ask)
+except litellm.NotFoundError as e:
+    out["missing"] = e.status_code
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.harness
+@pytest.mark.slow
+def test_litellm_gemini_models(fake: Fake, tmp_path: Path) -> None:
+    """LiteLLM's `gemini/` models read GEMINI_API_BASE (the versioned root: it appends
+    `models/M:method`) and GEMINI_API_KEY (GOOGLE_API_KEY wins over it)."""
+    mark = fake.mark()
+    ran = subprocess.run([sys.executable, "-c", LITELLM], capture_output=True, text=True,
+                         env=harness_env(tmp_path, GEMINI_API_BASE=fake.root + "/v1beta",
+                                         GEMINI_API_KEY="any-key"), timeout=300)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    out = json.loads(ran.stdout.splitlines()[-1])
+    assert out["plain"] == out["streamed"] and out["plain"].startswith("The answer is")
+    assert len(out["reasoning"]) == 2 and all(out["reasoning"])
+    assert out["tool"] == "The answer is 42." and out["missing"] == 404
+    wire = fake.since(mark)
+    assert {w["path"].rpartition(":")[2] for w in wire} == {
+        "generateContent", "streamGenerateContent"}
+    assert signatures(wire[-1]["request"]["contents"]) == signatures(
+        [c["content"] for c in wire[-2]["response"]["candidates"]])
