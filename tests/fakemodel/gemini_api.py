@@ -104,7 +104,7 @@ def _model(name: str, vertex: bool) -> dict[str, Any]:
     return {"name": f"models/{name}", "version": "001", "displayName": name,
             "description": "A deterministic fake model (tests only).",
             "inputTokenLimit": 4096, "outputTokenLimit": 4096,
-            "supportedGenerationMethods": list(METHODS[::2]), "temperature": 1,
+            "supportedGenerationMethods": ["generateContent", "countTokens"], "temperature": 1,
             "topP": 0.95, "topK": 64, "maxTemperature": 2, "thinking": True}
 
 
@@ -112,9 +112,10 @@ async def model_list(fm: FakeModel, request: Request) -> Response:
     """`models.list`: the served models, a page at a time (`pageSize`, `pageToken`)."""
     if (refused := _refused(request)) is not None:
         return refused
-    vertex = PUBLISHER in request.url.path
-    start = int(request.query_params.get("pageToken") or 0)
-    size = int(request.query_params.get("pageSize") or 50)
+    vertex, query = PUBLISHER in request.url.path, request.query_params
+    if not all(query.get(name, "0").isdigit() for name in ("pageToken", "pageSize")):
+        return error(400, "Invalid page token or page size.")
+    start, size = int(query.get("pageToken") or 0), int(query.get("pageSize") or 50)
     page = [_model(m, vertex) for m in fm.models[start:start + size]]
     out: dict[str, Any] = {"publisherModels" if vertex else "models": page}
     if start + size < len(fm.models):

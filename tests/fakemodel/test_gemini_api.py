@@ -148,6 +148,10 @@ def test_get_v1_models_is_googles_list_when_google_asks(fake: Fake) -> None:
     google = httpx.get(fake.root + "/v1/models", headers=KEY).json()
     assert openai["data"][0]["id"] == MODEL
     assert google["models"][0]["name"] == f"models/{MODEL}"
+    paged = httpx.get(fake.root + "/v1beta/models?key=k&pageSize=1&pageToken=1").json()
+    assert paged == {"models": []}
+    bad = httpx.get(fake.root + "/v1beta/models?key=k&pageToken=x")
+    assert bad.status_code == 400 and bad.json()["error"]["status"] == "INVALID_ARGUMENT"
 
 
 # --------------------------------------------------------------------------- google-genai
