@@ -60,6 +60,8 @@ from tests.fakemodel.anthropic_api import routes as anthropic_routes
 from tests.fakemodel.behaviour import FakeModel
 from tests.fakemodel.bodies import build_chat, build_completion, chat_chunks, completion_chunks
 from tests.fakemodel.faults import Faults, respond
+from tests.fakemodel.gemini_api import asks_google, model_list
+from tests.fakemodel.gemini_api import routes as gemini_routes
 from tests.fakemodel.responses_api import routes as responses_routes
 from tests.fakemodel.tokenizer_api import routes as tokenizer_routes
 
@@ -144,6 +146,8 @@ def create_app(
         return await handle(request, "completions")
 
     async def list_models(request: Request) -> Response:
+        if asks_google(request):  # Gemini's `GET /v1/models` (the SDK's default version)
+            return await model_list(fm, request)
         data: list[dict[str, Any]] = [
             {
                 "id": m,
@@ -174,6 +178,7 @@ def create_app(
         *responses_routes(fm),
         *tokenizer_routes(fm),
         *anthropic_routes(fm),
+        *gemini_routes(fm),
     ]
     app = Starlette(routes=routes)
     app.state.fakemodel = fm
