@@ -37,7 +37,7 @@ from ..index.index import Index
 from ..index.samples import Rules
 from ..paths import ENDPOINTS, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
 from ..replay.replayer import Replayer
-from ..saved.loader import context
+from ..saved.local_tokenizer import LocalTokenizer
 from ..settings import Settings
 from ..wire.families import error_body_of
 from .endpoint import ReplayEndpoint, authorized, internal_error, unauthorized
@@ -170,13 +170,13 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return _error_response(request, internal_error(exc))
 
 
-def create_app(settings: Settings, index: Index, recorder: Recorder | None = None
-               ) -> FastAPI:
+def create_app(settings: Settings, index: Index, recorder: Recorder | None = None,
+               tokenizer: LocalTokenizer | None = None) -> FastAPI:
     """The whole server for one loaded index; with `recorder` (`upstream.recorder_for`),
     requests for a model the saved runs lack go through it to the upstream (the caller
-    closes its writer; the app, its client)."""
-    replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous),
-                        context(tokenizer=settings.tokenizer).tokenizer,
+    closes its writer; the app, its client); `tokenizer`, --tokenizer's, loaded once by
+    the caller (`saved.loader.tokenizer_of`), computes tokenizer calls."""
+    replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous), tokenizer,
                         settings.upstream_patterns() if recorder is not None else None)
     upstream = Upstream(recorder, replayer) if recorder is not None else None
 
