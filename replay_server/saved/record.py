@@ -499,12 +499,12 @@ def _check_stream(frames: Any, endpoint: str, response: dict[str, Any], file: st
     if not isinstance(frames, list) or not frames or not all(
             isinstance(f, str) and f for f in frames):
         raise _fail(file, line, "stream", "expected a non-empty list of SSE frames (strings)")
-    why = stream_mismatch(endpoint, "".join(frames).encode(), response)
+    why = _stream_mismatch(endpoint, "".join(frames).encode(), response)
     if why is not None:
         raise _fail(file, line, "stream", why)
 
 
-def stream_mismatch(endpoint: str, frames: bytes, response: dict[str, Any]) -> str | None:
+def _stream_mismatch(endpoint: str, frames: bytes, response: dict[str, Any]) -> str | None:
     """Why saved frames cannot be served for this saved response, or None: they must
     aggregate to it exactly, or a streamed replay would send another answer than a plain
     one (a response edited by hand, its frames left as they were)."""

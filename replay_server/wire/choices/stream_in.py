@@ -125,7 +125,7 @@ class ChoicesAggregator:
     never invents a field the stream did not carry.
 
     There is one aggregator for a stream as it arrives (the recorder) and for a stream that
-    is all there (a recorded stream, checked once before it is first served), so a stream
+    is all there (a recorded stream, checked when its saved record is loaded), so a stream
     is read one way only: cut into frames by the SSE rules (`sse.Frames`), and each
     frame's data merged into its choice (`merge`, the family's).
 
