@@ -36,12 +36,11 @@ from ..errors import (
 )
 from ..index.index import Entry, Exchange, Index, ModelRun, Selection
 from ..index.samples import Rules, choose, streamed
-from ..paths import COUNT_TOKENS_PATH, RESPONSES_PATH
+from ..paths import MODELS_PATH
 from ..saved.local_tokenizer import LocalTokenizer
 from ..wire import keys
-from ..wire.families import family_of
-from ..wire.family import ReplayRequest
-from ..wire.models import anthropic_models_body, models_body
+from ..wire.families import FAMILIES, family_for, family_of
+from ..wire.family import Family, ReplayRequest
 from .miss import no_match
 from .stats import FORWARD_FAILURES, Stats
 from .tokenizer import TokenizerAnswers
@@ -156,7 +155,8 @@ class Replayer:
         chosen, places = self._choose(run, request)
         sent = [selection for _, selection in chosen]
         if request.stream and len(sent) == 1:
-            sent[0] = streamed(chosen[0][0], sent[0], self.rules.strict)
+            sent[0] = streamed(chosen[0][0], sent[0], self.rules.strict,
+                               request.family.generations)
         reply = self._reply(request, sent)
         # The request is answered: nothing can fail from here on.
         cursors = self.cursors
@@ -315,9 +315,10 @@ class Replayer:
             raise
         return chosen, places
 
-    def retrieve(self, response_id: str, stream: bool) -> Reply:
-        """GET /v1/responses/{id}: a saved Responses answer by its id (as the server that
-        sent it kept it), its body, or streamed as it was; 404 like vLLM for any other."""
+    def retrieve(self, family: Family, response_id: str, stream: bool) -> Reply:
+        """GET /v1/responses/{id}: a saved answer of a chained `family` (Responses) by its
+        id (as the server that sent it kept it), its body, or streamed as it was; 404 like
+        vLLM for any other."""
         found = []
         for model in self.index.response_models(response_id):
             try:
@@ -334,8 +335,7 @@ class Replayer:
         exchange = found[0]
         headers = [(SOURCE_HEADER, _header_value(exchange.where))]
         if stream:
-            reply = Reply(SSE_HEADERS + headers,
-                          family_of(RESPONSES_PATH).stream([[(exchange, None)]], False))
+            reply = Reply(SSE_HEADERS + headers, family.stream([[(exchange, None)]], False))
         else:
             body = exchange.body
             reply = Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers],
@@ -354,13 +354,14 @@ class Replayer:
         other error (a malformed request, an unknown model or route, a wrong method, a body
         too large, a missing API key).
 
-        An unsaved `count_tokens` prompt is no such request: a token count, never a
-        generation, it is counted as an unanswered tokenizer call (`run` says so loudly and
-        fails on it only with --strict). An inspect_ai log keeps no count_tokens calls,
-        so a Claude run rescored from its log would otherwise fail though every generation
-        replayed."""
-        if endpoint == COUNT_TOKENS_PATH and isinstance(error, NoMatch):
-            why = ("no saved count_tokens answer for this request (an inspect_ai log keeps "
+        An unsaved prompt of a family that counts tokens (`Family.counts_tokens`:
+        count_tokens) is no such request: a token count, never a generation, it is counted
+        as an unanswered tokenizer call (`run` says so loudly and fails on it only with
+        --strict). An inspect_ai log keeps no count_tokens calls, so a Claude run rescored
+        from its log would otherwise fail though every generation replayed."""
+        family = FAMILIES.get(endpoint)
+        if family is not None and family.counts_tokens and isinstance(error, NoMatch):
+            why = (f"no saved {family.name} answer for this request (an inspect_ai log keeps "
                    "none: record the run to have them)")
             call = str(error.detail.get("prompt") or error.message).encode()
             first = self.stats.tokenizer_error(endpoint, model, why, call)
@@ -378,14 +379,14 @@ class Replayer:
         log.warning("%s model=%s %s: %s%s", kind, named, endpoint,
                     error.message.replace("\n", " "), f" [{quoted}]" if quoted else "")
 
-    def models_body(self, anthropic: bool = False) -> bytes:
-        """The model list, in Anthropic's shape if `anthropic` (its `anthropic-version`
-        header), else vLLM's (each model's `max_model_len` as recorded, if it was)."""
+    def models_body(self, headers: Iterable[tuple[bytes, bytes]] = ()) -> bytes:
+        """The model list, in the shape of the API the request is of (`family_for`, by its
+        headers: Anthropic's for `anthropic-version`), else vLLM's (each model's
+        `max_model_len` as recorded, if it was)."""
         models = self.index.models
-        if anthropic:
-            return orjson.dumps(anthropic_models_body(sorted(models), int(self.started)))
-        return orjson.dumps(models_body([(name, models[name].max_model_len)
-                                         for name in sorted(models)], int(self.started)))
+        family = family_for(MODELS_PATH, headers)
+        return orjson.dumps(family.models([(name, models[name].max_model_len)
+                                           for name in sorted(models)], int(self.started)))
 
     def status(self) -> dict[str, Any]:
         outcomes = self.stats.per_model()

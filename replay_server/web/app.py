@@ -35,11 +35,11 @@ from .. import __version__, errors
 from ..errors import BadRequest, ReplayServerError
 from ..index.index import Index
 from ..index.samples import Rules
-from ..paths import ENDPOINTS, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
+from ..paths import MODELS_PATH, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
 from ..replay.replayer import Replayer
 from ..saved.local_tokenizer import LocalTokenizer
 from ..settings import Settings
-from ..wire.families import error_body_of
+from ..wire.families import ENDPOINTS, error_body_of
 from .endpoint import ReplayEndpoint, authorized, internal_error, unauthorized
 from .recorder import Recorder
 from .routes import router
@@ -147,10 +147,12 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
     message = f"{detail}: {request.method} {request.url.path}"
     if exc.status_code == 404:
-        message += (" (this server answers /v1/chat/completions, /v1/completions, "
-                    "/v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/models, "
-                    "and vLLM's /tokenize, /detokenize, /tokenizer_info)")
+        message += f" (this server answers {_ANSWERED})"
     return _error_response(request, kind(message))
+
+
+_ANSWERED = (", ".join((*ENDPOINTS, MODELS_PATH))
+             + f", and vLLM's {', '.join(TOKENIZER_ENDPOINTS)}")
 
 
 async def _replay_error(request: Request, exc: Exception) -> Response:

@@ -266,3 +266,13 @@ def carries_usage(frames: list[str]) -> bool:
     """Whether a recorded stream carried the usage chunk (the client asked for
     `stream_options.include_usage`)."""
     return any(is_usage_chunk(f.encode()) for f in reversed(frames) if '"usage"' in f)
+
+
+def unfinished(body: dict[str, Any], asked: int) -> str | None:
+    """Why the body of a stream that ended cleanly before `data: [DONE]` is not the whole
+    answer, or None: it lacks some of the `asked` choices (each that came has its
+    finish_reason: `ChoicesAggregator.result`)."""
+    if len(body["choices"]) != asked:
+        return ("the stream ended before `data: [DONE]`, without every choice the request "
+                "asked for")
+    return None
