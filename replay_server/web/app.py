@@ -10,8 +10,9 @@ go the same way, to the Replayer's `tokenizer` (replay/tokenizer.py), whose erro
 counted apart: they carry no generation. Everything else is ordinary FastAPI, in
 `routes.py`.
 Every error, whichever layer raises it, leaves in its API's envelope (an endpoint's
-family's; else Anthropic's for a request carrying `anthropic-version`, OpenAI's for any
-other) with `x-should-retry: false`, and every error sent for a request that may have
+family's; else the family that claims it by its headers, `Family.claims`: Anthropic's
+for a request carrying `anthropic-version`; OpenAI's for any other) with
+`x-should-retry: false`, and every error sent for a request that may have
 cost a generation (`_counted`: one on a generation endpoint, or one that sends something)
 is counted (`Stats`), so that `run` fails on it even when the harness swallows it; a probe
 of the base URL or of another route is answered as a real server answers it, and is not.
