@@ -1,7 +1,9 @@
-"""The HTTP paths of the API families replay-server answers, in one place.
+"""The HTTP paths replay-server answers, in one place.
 
-Every stage names an endpoint by its path (a saved record's `endpoint`, the key's kind,
-the route that answers it), so the paths live here, importing nothing.
+A saved record names its endpoint by its path, and so do the routes; the harness readers
+name the endpoint their harness called. So the paths live here, importing nothing. Which
+family answers which path is the registry's (`wire/families.py`, its `ENDPOINTS`); outside
+wire/, only the readers and the routes name a family's path (tests/test_layers.py).
 """
 
 CHAT_PATH = "/v1/chat/completions"
@@ -9,9 +11,6 @@ COMPLETION_PATH = "/v1/completions"
 RESPONSES_PATH = "/v1/responses"
 MESSAGES_PATH = "/v1/messages"  # Anthropic's
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
-
-ENDPOINTS = (CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH, MESSAGES_PATH, COUNT_TOKENS_PATH)
-"""The replay endpoints: their answers are saved generations."""
 
 # vLLM's tokenizer endpoints, at the root as vLLM serves them (not under /v1).
 TOKENIZE_PATH = "/tokenize"

@@ -225,7 +225,7 @@ def serving(paths: list[Path] | list[str], settings: Settings | None = None) -> 
     """Load saved files the way `serve` does and run them on a real uvicorn."""
     settings = settings or Settings()
     opened = open_run(paths, settings)
-    with running(create_app(settings, opened.index)) as url:
+    with running(create_app(settings, opened.index, tokenizer=opened.tokenizer)) as url:
         yield url
 
 

@@ -167,3 +167,110 @@ def test_no_cycle_between_folders() -> None:
 
     for stage in edges:
         visit(stage, ())
+
+
+# ---------------------------------------------------------------- the API families
+# An API family is the one home of its shapes (docs/design.md, "Adding an API"): its
+# package under wire/ holds what the server knows of its requests, saved answers, replies
+# and streams; the registry (wire/families.py) imports it by name, and everything else
+# asks the `Family` (wire/family.py). So adding an API adds one package and one line of
+# the registry, and changes no other family's module.
+
+REGISTRY = "wire.families"
+WIRE_PACKAGES = sorted(p.name for p in (PACKAGE / "wire").iterdir()
+                       if (p / "__init__.py").is_file())
+# vLLM's tokenizer endpoints: field tables and keys, but no `Family` (no samples, no
+# streams); its chat form is chat's messages and tools, one normal form (not a copy).
+NOT_FAMILIES = {"tokenizer"}
+SHARED_FORMS = {("wire.tokenizer", "wire.chat")}
+# Outside wire/, only these name a family's endpoint: a harness's reader writes records of
+# the API its harness called, in that API's shape (as the harness itself does), and the
+# web layer's routes route (GET /v1/responses/{id} is Responses').
+NAMES_ENDPOINTS = ("saved.formats", "web.routes")
+
+
+def _defines_family(package: str) -> bool:
+    tree = ast.parse(MODULES[f"wire.{package}"].read_text())
+    return any(isinstance(node, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == "FAMILY" for t in node.targets)
+        for node in tree.body)
+
+
+FAMILY_PACKAGES = [p for p in WIRE_PACKAGES if p not in NOT_FAMILIES and _defines_family(p)]
+# What families share (choices/: chat's and completions'), imported by family packages only.
+SHARED_PACKAGES = [p for p in WIRE_PACKAGES if p not in NOT_FAMILIES and p not in
+                   FAMILY_PACKAGES]
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_registry_imports_each_family_by_name() -> None:
+    """wire/families.py registers the families by plain imports (a reader follows them;
+    no `import_module`), every package that makes a `FAMILY`, and nothing imports one of
+    the package's own modules by a computed name."""
+    registered = {target.removeprefix("wire.")
+                  for imported, names, _ in _imports(REGISTRY, MODULES[REGISTRY])
+                  for target in _own(imported, names)
+                  if target.removeprefix("wire.") in WIRE_PACKAGES}
+    assert registered == set(FAMILY_PACKAGES), registered ^ set(FAMILY_PACKAGES)
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and (
+                    isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
+                    or isinstance(node.func, ast.Name)
+                    and node.func.id in ("import_module", "__import__")):
+                first = node.args[0] if node.args else None
+                assert isinstance(first, ast.Constant) and isinstance(first.value, str) \
+                    and not first.value.startswith(("replay_server", ".")), \
+                    f"{name} (line {node.lineno}) imports a module by a computed name"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_a_family_package_is_imported_only_by_the_registry(name: str) -> None:
+    """No module outside a family's package imports it, but the registry: the rest of the
+    server asks the `Family`. A family's package imports no other family's (chat and
+    completions share choices/, which only family packages import)."""
+    if name == REGISTRY:
+        return
+    in_family = any(_within(name, f"wire.{p}") for p in FAMILY_PACKAGES + SHARED_PACKAGES)
+    for imported, names, line in _imports(name, MODULES[name]):
+        for target in _own(imported, names):
+            for package in FAMILY_PACKAGES + SHARED_PACKAGES:
+                owner = f"wire.{package}"
+                if not _within(target, owner) or _within(name, owner):
+                    continue
+                if package in SHARED_PACKAGES and in_family:
+                    continue
+                if any(_within(name, a) and owner == b for a, b in SHARED_FORMS):
+                    continue
+                raise AssertionError(f"{name} (line {line}) imports {target}: ask the "
+                                     "Family (wire/families.py) instead")
+
+
+def _family_paths() -> dict[str, str]:
+    """paths.py's names of the families' endpoints, and their paths."""
+    from replay_server import paths
+    from replay_server.wire.families import FAMILIES
+    return {name: value for name, value in vars(paths).items()
+            if isinstance(value, str) and value in FAMILIES}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_module_outside_wire_names_a_family_endpoint(name: str) -> None:
+    """Outside wire/, nothing branches on which family a request or a record is of (as far
+    as a static check can tell: no family endpoint named, by its constant or its path),
+    but the harness readers and the routes (`NAMES_ENDPOINTS`)."""
+    if _stage(name) == "wire" or name in BASE or any(_within(name, m)
+                                                      for m in NAMES_ENDPOINTS):
+        return
+    family_paths = _family_paths()
+    for imported, names, line in _imports(name, MODULES[name]):
+        named = sorted(set(names) & set(family_paths)) if imported.endswith(".paths") else []
+        assert not named, f"{name} (line {line}) imports {named}: ask the Family instead"
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in family_paths or isinstance(
+                node, ast.Constant) and node.value in family_paths.values():
+            raise AssertionError(f"{name} (line {node.lineno}) names a family's endpoint: "
+                                 "ask the Family instead")

@@ -121,7 +121,7 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
     if report_to is not None:  # before COMMAND runs: a refusal writes and runs nothing
         opened.inputs.refuse_output(report_to)
     with upstream_of(opened, settings, say) as recorder:
-        app = create_app(settings, opened.index, recorder)
+        app = create_app(settings, opened.index, recorder, opened.tokenizer)
         replayer: Replayer = app.state.replayer
         replayer.stats.whole_run = True  # the verdict is every pass's, resets or not
         if report_to is not None:

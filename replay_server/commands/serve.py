@@ -19,7 +19,8 @@ from ..errors import LoadError
 from ..index import file as index_file
 from ..index.index import Index, prompt_of
 from ..index.loading import load, report_lines
-from ..saved.loader import Plan, is_index
+from ..saved.loader import Plan, is_index, tokenizer_of
+from ..saved.local_tokenizer import LocalTokenizer
 from ..saved.writer import writable
 from ..settings import Settings
 from ..web import workers
@@ -38,6 +39,7 @@ class Opened:
     report: list[str]
     examples: list[tuple[str, str, dict[str, Any]]]  # (endpoint, model, keyed prompt)
     inputs: Plan  # the files it came from: what no output may replace (Plan.refuse_output)
+    tokenizer: LocalTokenizer | None = None  # --tokenizer's, loaded once for the process
 
 
 def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
@@ -52,7 +54,8 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
                       tokenizer=settings.tokenizer)
         examples = [(r.endpoint, r.model, prompt_of(r))
                     for _, r in sorted(loaded.examples.items())]
-        return Opened(loaded.index, report_lines(loaded), examples, loaded.plan)
+        return Opened(loaded.index, report_lines(loaded), examples, loaded.plan,
+                      loaded.ctx.tokenizer)
     if len(paths) > 1:
         raise LoadError(str(indexes[0]), None, "an index file is served on its own; build "
                         "one index from all the saved files with `replay-server index`")
@@ -66,7 +69,8 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
         report.append(f"  warning: {len(missing)} saved file(s) the index was built from are "
                       f"not here (e.g. {missing[0]}): whether they changed since cannot be "
                       "told")
-    return Opened(index, report, index.examples(), index.sources.inputs())
+    return Opened(index, report, index.examples(), index.sources.inputs(),
+                  tokenizer_of(settings.tokenizer))
 
 
 @contextmanager
@@ -159,7 +163,7 @@ def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str],
         say("replay-server: stopped")
         return
     with upstream_of(opened, settings, say) as recorder:
-        app = create_app(settings, opened.index, recorder)
+        app = create_app(settings, opened.index, recorder, opened.tokenizer)
         # The index lives as long as the server: moved out of the garbage collector's
         # sight, a full collection no longer walks millions of its objects and stalls
         # requests.

@@ -89,7 +89,6 @@ class Builder:
 
     def _add(self, record: Record, prompt: dict[str, Any] | None) -> None:
         family = family_of(record.endpoint)
-        kind = family.kind
         request = record.request
         try:
             if prompt is None:
@@ -113,11 +112,11 @@ class Builder:
             run.unusable_records += 1
             reason = f"{record.unusable} (saved at {record.where})"
             for canonical in canonicals:
-                self._place(run, kind, canonical, identity, record.where, unusable=reason)
+                self._place(run, family, canonical, identity, record.where, unusable=reason)
             return
         usage = tuple(record.sample_usage) if record.sample_usage is not None else None
         start, size = self._bodies.add(orjson.dumps(response))
-        n = len(response.get("choices") or [None])
+        n = family.samples(response)
         stream = self._stream(record, family) if record.stream is not None else None
         exchange = Exchange(self._bodies, start, size, n, file, line, instance, params, usage,
                             identity[0], stream, record.batch)
@@ -125,26 +124,27 @@ class Builder:
             self._register(run, record, prompt, exchange)
         run.samples += n
         for canonical in canonicals:  # one exchange under each form of the request
-            self._place(run, kind, canonical, identity, exchange.where, exchange=exchange)
+            self._place(run, family, canonical, identity, exchange.where, exchange=exchange)
 
-    def _place(self, run: ModelRun, kind: str, canonical: bytes, identity: tuple[Any, ...],
-               where: str, exchange: Exchange | None = None, unusable: str | None = None
-               ) -> None:
+    def _place(self, run: ModelRun, family: Family, canonical: bytes,
+               identity: tuple[Any, ...], where: str, exchange: Exchange | None = None,
+               unusable: str | None = None) -> None:
         """Put a saved exchange (or an unusable record) under one key."""
         key = keys.digest(canonical)
         current = run.entries.get(key)
         if current is None:
             # the catalog keeps an exact-size copy (orjson's result holds spare room)
-            self._prompts.setdefault((run.name, kind), []).append(
+            self._prompts.setdefault((run.name, family.kind), []).append(
                 (memoryview(canonical).tobytes(), where))
         if exchange is None:
-            group = self._entry(run, key, current).group(identity, where)
+            group = self._entry(run, key, current, family).group(identity, where)
             if group.unusable is None:
                 group.unusable = unusable
         elif current is None and exchange.n == 1:
             run.entries[key] = exchange
         else:
-            self._entry(run, key, current).group(identity, where).exchanges.append(exchange)
+            self._entry(run, key, current, family).group(identity, where).exchanges.append(
+                exchange)
 
     def _sampling_params(self, request: dict[str, Any], family: Family) -> bytes:
         """What `--strict` compares of a saved request (`Table.params`, canonical JSON),
@@ -222,11 +222,13 @@ class Builder:
                                      {"unresolved": response_id}))
 
     @staticmethod
-    def _entry(run: ModelRun, key: bytes, current: Entry | Exchange | None) -> Entry:
-        """The Entry for a prompt, made from its lone Exchange (or from nothing) if need be."""
+    def _entry(run: ModelRun, key: bytes, current: Entry | Exchange | None, family: Family
+               ) -> Entry:
+        """The Entry for a prompt, made from its lone Exchange (or from nothing) if need be
+        (a key is one family's: its kind is keyed)."""
         if isinstance(current, Entry):
             return current
-        entry = Entry(groups={})
+        entry = Entry(groups={}, generations=family.generations)
         if current is not None:
             identity = (current.run, current.file, current.instance)
             entry.group(identity, current.where).exchanges.append(current)

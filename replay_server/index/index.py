@@ -22,6 +22,7 @@ Each model also keeps a catalog of its saved prompts for miss diagnostics (`cata
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,8 +154,10 @@ class Entry:
     # Set when every usable saved sample carries its own `seed`, all different: seed ->
     # that sample (see samples.py).
     by_seed: dict[int, tuple[Exchange, int | None]] | None = None
-    # While building: the instances by (run, source file, source instance).
+    # While building: the instances by (run, source file, source instance), and what tells
+    # its family's generations apart (`Family.generations`, for `samples.settle`).
     groups: dict[tuple[Any, Any, Any], Instance] | None = None
+    generations: Callable[[dict[str, Any]], list[bytes]] | None = None
 
     def group(self, identity: tuple[Any, Any, Any], where: str) -> Instance:
         assert self.groups is not None

@@ -22,24 +22,24 @@ they are not one recorded stream themselves but a saved exchange recorded stream
 the same generations (a run recorded once unstreamed, once streamed), its recorded frames,
 byte for byte. What was chosen (the cursor, the samples counted as used) stays as chosen.
 
-Two saved samples are the same generation only when their whole saved choices are equal
-(but for the index): text, reasoning under whichever name, tool calls, refusal, logprobs,
-finish_reason and any other field.
+Two saved samples are the same generation only when their family says so
+(`Family.generations`: for chat and completions, when their whole saved choices are
+equal but for the index).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from ..errors import Ambiguous, Exhausted, NMismatch, ParamsMismatch, Unusable
-from ..wire import keys
-from ..wire.responses.request import output_items
 from .index import Entry, Exchange, Instance, Selection, entry_of
+
+# A saved body's generation ids, one per sample (`Family.generations`).
+Generations = Callable[[dict[str, Any]], list[bytes]]
 
 
 @dataclass(frozen=True)
@@ -59,37 +59,14 @@ def first_free(taken: int) -> int:
     return (~taken & (taken + 1)).bit_length() - 1
 
 
-def generation_id(choice: dict[str, Any]) -> bytes:
-    """What makes a saved generation the same one: the whole saved choice but its index."""
-    same = {k: v for k, v in choice.items() if k != "index"}
-    return hashlib.blake2b(keys.canonical({"s": same}), digest_size=8).digest()
-
-
-def generations(body: dict[str, Any]) -> list[bytes]:
-    """The generation ids of a saved body: one per choice; a Responses answer is one
-    generation, its output items without their ids (which the model never chose: two
-    servers answering alike hand out other ids), its status and why it is incomplete.
-    Call ids are kept: a later turn echoes them, so they are part of what was said. A
-    Messages answer is its content blocks (signatures and tool call ids included: a later
-    turn sends them back), `stop_reason` and `stop_sequence`; any other whole body (a
-    count_tokens answer) is itself."""
-    if "choices" in body:
-        return [generation_id(c) for c in body["choices"]]
-    if body.get("type") == "message":
-        return [generation_id({k: body.get(k) for k in ("content", "stop_reason",
-                                                          "stop_sequence")})]
-    if "output" not in body:
-        return [generation_id(body)]
-    return [generation_id({"output": output_items(body),
-                           "status": body.get("status"),
-                           "incomplete_details": body.get("incomplete_details")})]
-
-
 def settle(entry: Entry) -> Entry | Exchange:
     """Once every record is in: split usable from unusable instances, decide whether every
-    saved sample is one generation, index the samples by seed where each has its own, and
-    reduce a lone one-choice exchange to itself."""
-    entry.groups = None
+    saved sample is one generation (by its family's `generations`, which the builder gave
+    it), index the samples by seed where each has its own, and reduce a lone one-choice
+    exchange to itself."""
+    generations = entry.generations
+    assert generations is not None, "an entry settles once, as it was built"
+    entry.groups = entry.generations = None
     usable = [i for i in entry.instances if i.unusable is None]
     entry.unusable = [i for i in entry.instances if i.unusable is not None]
     entry.instances = usable
@@ -170,11 +147,12 @@ def choose(entry: Entry | Exchange, n: int, params: bytes, seed: Any, rules: Rul
     return _whole(instances, n), None
 
 
-def streamed(entry: Entry | Exchange, selection: Selection, strict: bool) -> Selection:
+def streamed(entry: Entry | Exchange, selection: Selection, strict: bool,
+             generations: Generations) -> Selection:
     """What a streamed request is sent for the samples `choose` chose: the saved exchange
-    whose recorded frames carry the same generations, in the same order, when the samples
-    are not such a recording already; else the samples. Under `strict`, only an exchange
-    saved with the same sampling parameters."""
+    whose recorded frames carry the same generations (by the family's `generations`), in
+    the same order, when the samples are not such a recording already; else the samples.
+    Under `strict`, only an exchange saved with the same sampling parameters."""
     if not isinstance(entry, Entry) or (len(selection) == 1 and selection[0][1] is None
                                         and selection[0][0].stream is not None):
         return selection
@@ -183,14 +161,14 @@ def streamed(entry: Entry | Exchange, selection: Selection, strict: bool) -> Sel
                   if e.stream is not None and (not strict or e.params == params)]
     if not recordings:
         return selection
-    wanted = _generations_of(selection)
+    wanted = _generations_of(selection, generations)
     for exchange in recordings:
         if exchange.n == len(wanted) and generations(orjson.loads(exchange.body)) == wanted:
             return [(exchange, None)]
     return selection
 
 
-def _generations_of(selection: Selection) -> list[bytes]:
+def _generations_of(selection: Selection, generations: Generations) -> list[bytes]:
     found: list[bytes] = []
     for exchange, choice in selection:
         ids = generations(orjson.loads(exchange.body))

@@ -33,18 +33,14 @@ from ..errors import (
     NotFound,
     ReplayError,
     ReplayServerError,
-    Unusable,
 )
 from ..index.index import Entry, Exchange, Index, ModelRun, Selection
 from ..index.samples import Rules, choose, streamed
-from ..paths import COUNT_TOKENS_PATH, RESPONSES_PATH
+from ..paths import MODELS_PATH
 from ..saved.local_tokenizer import LocalTokenizer
-from ..saved.record import stream_mismatch
 from ..wire import keys
-from ..wire.families import family_of
-from ..wire.family import ReplayRequest
-from ..wire.models import anthropic_models_body, models_body
-from ..wire.selection import recorded
+from ..wire.families import FAMILIES, family_for, family_of
+from ..wire.family import Family, ReplayRequest
 from .miss import no_match
 from .stats import FORWARD_FAILURES, Stats
 from .tokenizer import TokenizerAnswers
@@ -129,7 +125,6 @@ class Replayer:
         self.upstream_models = upstream_models
         self.cursors: dict[Any, int] = {}  # per cursor key, the samples taken (a bit each)
         self.epoch = 0  # resets so far: a place taken before the last one is free again
-        self._frames_ok: set[int] = set()  # exchanges whose recorded frames were checked
         self.stats = Stats(index)
         self.started = time.time()
         # vLLM's tokenizer endpoints: recorded answers, else computed with `tokenizer`
@@ -160,8 +155,9 @@ class Replayer:
         chosen, places = self._choose(run, request)
         sent = [selection for _, selection in chosen]
         if request.stream and len(sent) == 1:
-            sent[0] = streamed(chosen[0][0], sent[0], self.rules.strict)
-        reply = self._reply(run.name, request, sent)
+            sent[0] = streamed(chosen[0][0], sent[0], self.rules.strict,
+                               request.family.generations)
+        reply = self._reply(request, sent)
         # The request is answered: nothing can fail from here on.
         cursors = self.cursors
         for cursor_key, place in places:
@@ -243,38 +239,19 @@ class Replayer:
             self.count(None, endpoint, error, asked)
             raise
 
-    def _reply(self, model: str, request: ReplayRequest, sent: list[Selection]
-               ) -> Reply:
-        """The reply that sends these samples; a stream's recorded frames are checked first
-        (the last thing that can fail)."""
+    def _reply(self, request: ReplayRequest, sent: list[Selection]) -> Reply:
+        """The reply that sends these samples (a recorded stream's frames were checked
+        against its saved body when the record was loaded: `saved.record.make_record`)."""
         headers = [(SOURCE_HEADER, _source_header(sent[0][0][0]))]
         if request.family.id_header is not None:  # (one id per request, as the API's)
             headers.append((request.family.id_header, b"req_replay_%s" % uuid4().hex.encode()))
         if not request.stream:
             body = request.family.reply(sent)
             return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers], body)
-        self._check_frames(model, request.endpoint, sent, request.model)
         # Every event is known at once: one write of all of them (chunked, no length),
         # rather than one per event, which only costs time.
         return Reply([*SSE_HEADERS, *headers],
                      request.family.stream(sent, request.include_usage))
-
-    def _check_frames(self, model: str | None, endpoint: str, selections: list[Selection],
-                      asked: str | None = None) -> None:
-        """Recorded frames are served only if they aggregate to the saved response (checked
-        once per exchange, the first time it is streamed: see saved.record.stream_mismatch)."""
-        exchange = recorded(selections)
-        if exchange is None or exchange.start in self._frames_ok:
-            return
-        frames = exchange.frames
-        assert frames is not None
-        why = stream_mismatch(endpoint, frames, orjson.loads(exchange.body))
-        if why is not None:
-            error = Unusable(f"this prompt was saved, but its saved stream cannot be replayed: "
-                             f"{why} (saved at {exchange.where})")
-            self.count(model, endpoint, error, asked)
-            raise error
-        self._frames_ok.add(exchange.start)
 
     def _key_responses(self, run: ModelRun, request: ReplayRequest) -> None:
         """Key a request of a chained family (Responses); `previous_response_id` by the
@@ -338,9 +315,10 @@ class Replayer:
             raise
         return chosen, places
 
-    def retrieve(self, response_id: str, stream: bool) -> Reply:
-        """GET /v1/responses/{id}: a saved Responses answer by its id (as the server that
-        sent it kept it), its body, or streamed as it was; 404 like vLLM for any other."""
+    def retrieve(self, family: Family, response_id: str, stream: bool) -> Reply:
+        """GET /v1/responses/{id}: a saved answer of a chained `family` (Responses) by its
+        id (as the server that sent it kept it), its body, or streamed as it was; 404 like
+        vLLM for any other."""
         found = []
         for model in self.index.response_models(response_id):
             try:
@@ -357,9 +335,7 @@ class Replayer:
         exchange = found[0]
         headers = [(SOURCE_HEADER, _header_value(exchange.where))]
         if stream:
-            self._check_frames(None, RESPONSES_PATH, [[(exchange, None)]])
-            reply = Reply(SSE_HEADERS + headers,
-                          family_of(RESPONSES_PATH).stream([[(exchange, None)]], False))
+            reply = Reply(SSE_HEADERS + headers, family.stream([[(exchange, None)]], False))
         else:
             body = exchange.body
             reply = Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers],
@@ -378,13 +354,14 @@ class Replayer:
         other error (a malformed request, an unknown model or route, a wrong method, a body
         too large, a missing API key).
 
-        An unsaved `count_tokens` prompt is no such request: a token count, never a
-        generation, it is counted as an unanswered tokenizer call (`run` says so loudly and
-        fails on it only with --strict). An inspect_ai log keeps no count_tokens calls,
-        so a Claude run rescored from its log would otherwise fail though every generation
-        replayed."""
-        if endpoint == COUNT_TOKENS_PATH and isinstance(error, NoMatch):
-            why = ("no saved count_tokens answer for this request (an inspect_ai log keeps "
+        An unsaved prompt of a family that counts tokens (`Family.counts_tokens`:
+        count_tokens) is no such request: a token count, never a generation, it is counted
+        as an unanswered tokenizer call (`run` says so loudly and fails on it only with
+        --strict). An inspect_ai log keeps no count_tokens calls, so a Claude run rescored
+        from its log would otherwise fail though every generation replayed."""
+        family = FAMILIES.get(endpoint)
+        if family is not None and family.counts_tokens and isinstance(error, NoMatch):
+            why = (f"no saved {family.name} answer for this request (an inspect_ai log keeps "
                    "none: record the run to have them)")
             call = str(error.detail.get("prompt") or error.message).encode()
             first = self.stats.tokenizer_error(endpoint, model, why, call)
@@ -402,14 +379,14 @@ class Replayer:
         log.warning("%s model=%s %s: %s%s", kind, named, endpoint,
                     error.message.replace("\n", " "), f" [{quoted}]" if quoted else "")
 
-    def models_body(self, anthropic: bool = False) -> bytes:
-        """The model list, in Anthropic's shape if `anthropic` (its `anthropic-version`
-        header), else vLLM's (each model's `max_model_len` as recorded, if it was)."""
+    def models_body(self, headers: Iterable[tuple[bytes, bytes]] = ()) -> bytes:
+        """The model list, in the shape of the API the request is of (`family_for`, by its
+        headers: Anthropic's for `anthropic-version`), else vLLM's (each model's
+        `max_model_len` as recorded, if it was)."""
         models = self.index.models
-        if anthropic:
-            return orjson.dumps(anthropic_models_body(sorted(models), int(self.started)))
-        return orjson.dumps(models_body([(name, models[name].max_model_len)
-                                         for name in sorted(models)], int(self.started)))
+        family = family_for(MODELS_PATH, headers)
+        return orjson.dumps(family.models([(name, models[name].max_model_len)
+                                           for name in sorted(models)], int(self.started)))
 
     def status(self) -> dict[str, Any]:
         outcomes = self.stats.per_model()

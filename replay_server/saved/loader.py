@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from tqdm import tqdm
@@ -27,6 +27,9 @@ from .formats import READERS, LoadContext, Reader
 from .jsonl import LineTooLong, line_not_json
 from .record import Record
 from .writer import not_a_file
+
+if TYPE_CHECKING:
+    from .local_tokenizer import LocalTokenizer
 
 SHOWN = 20  # the files named when a directory holds nothing any reader claims
 
@@ -306,10 +309,18 @@ def context(*, skip_bad_lines: bool = False, max_line: int = DEFAULT_MAX_LINE,
             tokenizer: str | None = None) -> LoadContext:
     """How files are read, with the tokenizer loaded (a LoadError names a bad one)."""
     ctx = LoadContext(skip_bad_lines=skip_bad_lines, max_line=max_line)
-    if tokenizer:
-        from . import local_tokenizer
-        try:
-            ctx.tokenizer = local_tokenizer.load_tokenizer(tokenizer)
-        except (local_tokenizer.TokenizerError, OSError, ValueError) as e:
-            raise LoadError(str(tokenizer), None, f"--tokenizer: {e}") from None
+    ctx.tokenizer = tokenizer_of(tokenizer)
     return ctx
+
+
+def tokenizer_of(path: str | None) -> LocalTokenizer | None:
+    """The tokenizer `--tokenizer` names (None: none), loaded; a LoadError names a bad
+    one. A process loads it once and hands it to whatever needs it (the readers, the
+    replay of tokenizer calls): loading it takes time, and holds its vocabulary."""
+    if not path:
+        return None
+    from . import local_tokenizer
+    try:
+        return local_tokenizer.load_tokenizer(path)
+    except (local_tokenizer.TokenizerError, OSError, ValueError) as e:
+        raise LoadError(str(path), None, f"--tokenizer: {e}") from None

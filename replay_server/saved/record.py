@@ -13,15 +13,13 @@
      "batch": {"id", "index", "size", "usage"},     # optional: the batch a prompt was in
      "source": {"file": ..., "line": ..., "harness": ..., "instance": ...}}
 
-The endpoint is `/v1/chat/completions`, `/v1/completions`, `/v1/responses` (whose
-`response` is the final response object), or Anthropic's `/v1/messages` (the message) and
-`/v1/messages/count_tokens` (`{"input_tokens": N}`); a Messages request keeps its
-`anthropic-beta` header as the field of that name. Or one of vLLM's tokenizer endpoints
-(`/tokenize`, `/detokenize`, `/tokenizer_info`: a recorded answer, never a generation,
-which the index keeps apart from the generations), or `/v1/models`, whose `response` is
-one model's entry of the list (its `max_model_len`).
-A completion record holds one prompt: a batch is saved as one record per prompt, each with
-`batch` (the batch's `usage`, which cannot be split, and the prompt's place in it).
+The endpoint is an API family's (`wire/families.py`: its `response` is what the API
+answers, as the family's `answer.py` checks it: the final response object of
+`/v1/responses`, `{"input_tokens": N}` of count_tokens), or one of vLLM's tokenizer
+endpoints (a recorded answer, never a generation, which the index keeps apart), or
+`/v1/models`, whose `response` is one model's entry of the list (its `max_model_len`).
+A record holds one prompt: a recorded batch of completions is saved one record per prompt,
+each with `batch` (the batch's `usage`, which cannot be split, and the prompt's place).
 `stream` is optional (records without it are read as before): the frames of a recorded
 stream, exactly as the upstream sent them, which must aggregate to `response`. Every
 reader yields these; the recorder and `convert` write them; the index reads nothing else.
@@ -36,21 +34,13 @@ from typing import Any
 import orjson
 
 from ..errors import BadRequest, LoadError, where_of
-from ..paths import (
-    CHAT_PATH,
-    COMPLETION_PATH,
-    COUNT_TOKENS_PATH,
-    ENDPOINTS,
-    MESSAGES_PATH,
-    MODELS_PATH,
-    NO_GENERATION,
-    RESPONSES_PATH,
-)
+from ..paths import MODELS_PATH, NO_GENERATION
 from ..wire import tokenizer
-from ..wire.completions.request import is_token_ids, split_prompts
-from ..wire.families import family_of
-from ..wire.json_types import class_words, type_name
-from ..wire.sse import StreamError
+from ..wire.answer import MISSING, BadAnswer, want
+from ..wire.families import ENDPOINTS, FAMILIES
+from ..wire.family import Family
+from ..wire.json_types import type_name
+from ..wire.models import entry_problem
 
 RECORD_VERSION = 1
 MARKER = "replay_record"
@@ -58,7 +48,6 @@ MARKER = "replay_record"
 
 # Fields that only shape the transport, never the answer: not saved, not compared.
 TRANSPORT_FIELDS = frozenset({"stream", "stream_options", "user"})
-MISSING: Any = object()  # stands for a field that is not there at all (null is there)
 
 
 @dataclass(slots=True)
@@ -136,30 +125,28 @@ def strip_transport(request: dict[str, Any]) -> dict[str, Any]:
     return request
 
 
-# How a saved line is checked: one pass, field by field, in the order the fields are listed
-# below. Each check tests the exact JSON type first (what orjson gives, so the usual line
-# costs a type comparison a field) and only then works out what is wrong, so that the
-# error, which names FILE:LINE and the field, costs nothing until a line is bad.
-
-
 def _fail(file: str, line: int | None, name: str, reason: str) -> LoadError:
     return LoadError(file, line, reason, field=name)
 
 
 def _want(file: str, line: int | None, name: str, value: Any,
           kind: type | tuple[type, ...]) -> Any:
-    """`value` if it has the type `kind` (a subclass too; a boolean is no integer); else
-    the LoadError that says so. MISSING is a field that is not there."""
-    if value is MISSING:
-        raise _fail(file, line, name, "missing")
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise _fail(file, line, name, f"expected {class_words(kind)}, got {type_name(value)}")
-    return value
+    """`value` if it has the type `kind` (`wire.answer.want`); else the LoadError that says
+    so."""
+    try:
+        return want(name, value, kind)
+    except BadAnswer as e:
+        raise _fail(file, line, e.field, e.reason) from None
 
 
 def validate(obj: Any, file: str, line: int | None) -> Record:
     """The native record of one parsed JSONL line, or a LoadError that names the line
-    (`FILE:LINE`), the first field that is wrong and why."""
+    (`FILE:LINE`), the first field that is wrong and why.
+
+    One pass, field by field; the request and the response by their family
+    (`Family.saved_request`, `Family.saved_answer`: each family's `answer.py`). Each check
+    tests the exact JSON type first (what orjson gives, so the usual line costs a type
+    comparison a field), so that the precise error costs nothing until a line is bad."""
     if type(obj) is not dict and not isinstance(obj, dict):
         raise LoadError(file, line, f"expected a JSON object, got {type_name(obj)}")
     version = obj.get(MARKER, MISSING)
@@ -182,46 +169,39 @@ def make_record(endpoint: Any, model: Any, request: Any, response: Any, source: 
     (a LoadError names FILE:LINE and the field): how readers make their records.
 
     `source` gets the file and line unless it names its own; the request loses its
-    transport-only fields; the response's choices are put in index order; a record whose
-    choices are not answers (null text, empty message) is marked unusable, saying why.
+    transport-only fields; the response is put in its family's normal form (a chat or
+    completions body's choices in index order); a record whose response is not an answer
+    (null text, an empty message, a failed response) is marked unusable, saying why.
     """
-    if type(endpoint) is not str or endpoint not in ENDPOINTS:
+    family = FAMILIES.get(endpoint) if isinstance(endpoint, str) else None
+    if family is None:
         endpoint = _want(file, line, "endpoint", endpoint, str)
         if endpoint in NO_GENERATION:
             return _no_generation(endpoint, model, request, response, source, file, line)
-        if endpoint not in ENDPOINTS:
-            raise _fail(file, line, "endpoint", "expected one of "
-                        f"{', '.join(ENDPOINTS + NO_GENERATION)}, got {endpoint!r}")
-    if type(model) is not str or not model:
-        if not _want(file, line, "model", model, str):
-            raise _fail(file, line, "model", "must not be empty")
-    if type(request) is not dict:
-        request = _want(file, line, "request", request, dict)
-    _check_prompt(endpoint, request, file, line, "request.")
+        raise _fail(file, line, "endpoint", "expected one of "
+                    f"{', '.join(ENDPOINTS + NO_GENERATION)}, got {endpoint!r}")
+    request = _model_and_request(model, request, file, line)
+    _check_request(family, request, file, line, "request.")
     source = _source(source, file, line)
-    forms = None if also is None else _also(endpoint, also, file, line)
+    forms = None if also is None else _also(family, also, file, line)
     if batch is not None:
-        _check_batch(batch, endpoint, file, line)
+        _check_batch(batch, family, file, line)
     request = strip_transport(request)
     if response is None:
         if not isinstance(unusable, str) or not unusable:
             raise _fail(file, line, "response", "is null, so `unusable` must say why")
         return Record(endpoint, model, request, None, source, unusable, origin=file,
                       also=forms, batch=batch)
-    if type(response) is not dict and not isinstance(response, dict):
-        raise _fail(file, line, "response",
-                    f"expected an object or null, got {type_name(response)}")
-    if family_of(endpoint).whole:
-        reason = _WHOLE_UNUSABLE[endpoint](response, file, line)
+    response, reason = _answer(family, response, file, line)
+    if family.whole:
         if stream is not None:
-            _check_stream(stream, endpoint, response, file, line)
+            _check_stream(stream, family, response, file, line)
         return Record(endpoint, model, request, response, source, reason, origin=file,
                       also=forms, stream=stream)
-    response, reason = _normalise_choices(response, endpoint, file, line, "response.")
     if sample_usage is not None:
-        _check_sample_usage(sample_usage, len(response["choices"]), file, line)
+        _check_sample_usage(sample_usage, family.samples(response), file, line)
     if stream is not None:
-        _check_stream(stream, endpoint, response, file, line)
+        _check_stream(stream, family, response, file, line)
     return Record(endpoint, model, request, response, source, reason, sample_usage, file,
                   forms, stream, batch)
 
@@ -231,13 +211,9 @@ def _no_generation(endpoint: str, model: Any, request: Any, response: Any, sourc
     """A recorded exchange that carries no generation: a tokenizer call vLLM accepts and
     the answer it gave, or one model's entry in `/v1/models` (never unusable: recorded
     only when it was answered)."""
-    if type(model) is not str or not model:
-        if not _want(file, line, "model", model, str):
-            raise _fail(file, line, "model", "must not be empty")
-    if type(request) is not dict:
-        request = _want(file, line, "request", request, dict)
+    request = _model_and_request(model, request, file, line)
     if endpoint == MODELS_PATH:
-        problem = _model_entry_problem(model, response)
+        problem = entry_problem(model, response)
     else:
         try:
             tokenizer.check(endpoint, request)
@@ -250,43 +226,36 @@ def _no_generation(endpoint: str, model: Any, request: Any, response: Any, sourc
                   origin=file)
 
 
-def _model_entry_problem(model: str, response: Any) -> str | None:
-    if not isinstance(response, dict) or response.get("id") != model:
-        return "expected the model's entry of /v1/models (an object whose `id` is `model`)"
-    length = response.get("max_model_len")
-    if length is not None and type(length) is not int:
-        return "`max_model_len` must be an integer"
-    return None
+def _model_and_request(model: Any, request: Any, file: str, line: int | None
+                       ) -> dict[str, Any]:
+    """The request of a record whose `model` is a non-empty string."""
+    if type(model) is not str or not model:
+        if not _want(file, line, "model", model, str):
+            raise _fail(file, line, "model", "must not be empty")
+    checked: dict[str, Any] = request if type(request) is dict else _want(
+        file, line, "request", request, dict)
+    return checked
 
 
-def _check_prompt(endpoint: str, request: dict[str, Any], file: str, line: int | None,
-                  at: str) -> None:
-    """The request holds one prompt of its endpoint's kind."""
-    if endpoint == CHAT_PATH:
-        messages = request.get("messages", MISSING)
-        if type(messages) is not list:
-            messages = _want(file, line, at + "messages", messages, list)
-        for message in messages:
-            if type(message) is not dict and not isinstance(message, dict):
-                break
-        else:
-            if messages:
-                return
-        raise _fail(file, line, at + "messages", "expected a non-empty list of message objects")
-    if endpoint == COMPLETION_PATH:
-        prompt = request.get("prompt")
-        if not (isinstance(prompt, str) or is_token_ids(prompt)):
-            raise _fail(file, line, at + "prompt", "expected one prompt: a string or a list "
-                        "of token ids (a batch is saved as one record per prompt)")
-    elif endpoint == RESPONSES_PATH:
-        if not isinstance(request.get("input"), str | list):
-            raise _fail(file, line, at + "input", "expected a string or a list of input items")
-    else:  # Messages, count_tokens
-        messages = request.get("messages")
-        if not (isinstance(messages, list) and messages
-                and all(isinstance(m, dict) for m in messages)):
-            raise _fail(file, line, at + "messages",
-                        "expected a non-empty list of message objects")
+def _answer(family: Family, response: Any, file: str, line: int | None
+            ) -> tuple[dict[str, Any], str | None]:
+    """The saved response in its family's normal form, and why it is no answer, or None."""
+    if type(response) is not dict and not isinstance(response, dict):
+        raise _fail(file, line, "response",
+                    f"expected an object or null, got {type_name(response)}")
+    try:
+        return family.saved_answer(response)
+    except BadAnswer as e:
+        raise _fail(file, line, f"response.{e.field}", e.reason) from None
+
+
+def _check_request(family: Family, request: dict[str, Any], file: str, line: int | None,
+                   at: str) -> None:
+    """The request holds one prompt of its family's form."""
+    try:
+        family.saved_request(request)
+    except BadAnswer as e:
+        raise _fail(file, line, at + e.field, e.reason) from None
 
 
 # A source's fields that identify an instance: compared and hashed, so plain values only.
@@ -311,17 +280,22 @@ def _source(source: Any, file: str, line: int | None) -> dict[str, Any]:
     return {"file": file, "line": line, **source}
 
 
-def _also(endpoint: str, also: Any, file: str, line: int | None) -> list[dict[str, Any]] | None:
+def _also(family: Family, also: Any, file: str, line: int | None
+          ) -> list[dict[str, Any]] | None:
     if not isinstance(also, list) or not all(isinstance(r, dict) for r in also):
         raise _fail(file, line, "also_requests", "expected a list of request objects")
     for i, request in enumerate(also):
-        _check_prompt(endpoint, request, file, line, f"also_requests[{i}].")
+        _check_request(family, request, file, line, f"also_requests[{i}].")
     return [strip_transport(r) for r in also] or None
 
 
-def _check_batch(batch: Any, endpoint: str, file: str, line: int | None) -> None:
-    if endpoint != COMPLETION_PATH or not isinstance(batch, dict):
-        raise _fail(file, line, "batch", "expected an object, on a /v1/completions record only")
+# The endpoints whose records may say which batch they were part of.
+_BATCHED = " or ".join(f.path for f in FAMILIES.values() if f.batched)
+
+
+def _check_batch(batch: Any, family: Family, file: str, line: int | None) -> None:
+    if not family.batched or not isinstance(batch, dict):
+        raise _fail(file, line, "batch", f"expected an object, on a {_BATCHED} record only")
     if not isinstance(batch.get("id"), str):
         raise _fail(file, line, "batch.id", "expected a string")
     size, index = batch.get("size"), batch.get("index")
@@ -332,95 +306,6 @@ def _check_batch(batch: Any, endpoint: str, file: str, line: int | None) -> None
         raise _fail(file, line, "batch.usage", "expected an object or null")
 
 
-def _normalise_choices(response: dict[str, Any], endpoint: str, file: str, line: int | None,
-                      at: str) -> tuple[dict[str, Any], str | None]:
-    """The response with its choices in index order and indexed 0..n-1 (itself when they
-    are: the usual case is not copied), each checked for shape; and why its choices are not
-    an answer, or None."""
-    choices = response.get("choices", MISSING)
-    if type(choices) is not list:
-        choices = _want(file, line, at + "choices", choices, list)
-    in_order = True
-    choice: Any = None
-    for i, choice in enumerate(choices):
-        if type(choice) is not dict and not isinstance(choice, dict):
-            break
-        index = choice.get("index")
-        if index != i or type(index) is not int:  # (an index `false` is no 0)
-            in_order = False
-    if not choices or type(choice) is not dict and not isinstance(choice, dict):
-        raise _fail(file, line, at + "choices", "expected a non-empty list of choice objects")
-    if not in_order and len(choices) > 1 and all(isinstance(c.get("index"), int)
-                                                 for c in choices):
-        choices = sorted(choices, key=lambda c: c["index"])
-    want = "message" if endpoint == CHAT_PATH else "text"
-    reason = None  # the first, in sorted order, of the reasons why a choice is no answer
-    for i, choice in enumerate(choices):
-        if want not in choice:
-            raise _fail(file, line, f"{at}choices[{i}].{want}", "missing")
-        message = choice.get("message")
-        if type(message) is dict or isinstance(message, dict):
-            _check_message(message, file, line, f"{at}choices[{i}].message")
-        why = _choice_unusable(endpoint, choice, message)
-        if why is not None and (reason is None or why < reason):
-            reason = why
-    if in_order and choices is response["choices"]:
-        return response, reason
-    return {**response, "choices": [{**c, "index": i} for i, c in enumerate(choices)]}, reason
-
-
-# A saved message with any of these set is an answer (a refusal is one too).
-ANSWER_FIELDS = ("content", "refusal", "tool_calls", "function_call", "reasoning",
-                 "reasoning_content")
-# The shape of each answer field, checked when a record is read: the streamed replay
-# takes them apart, so a wrong shape is a bad saved line, not a 500 on some request.
-_MESSAGE_SHAPES: dict[str, tuple[tuple[type, ...], str]] = {
-    "content": ((str, list), "a string, a list of content parts or null"),
-    "refusal": ((str,), "a string or null"),
-    "reasoning": ((str,), "a string or null"),
-    "reasoning_content": ((str,), "a string or null"),
-    "tool_calls": ((list,), "a list of tool-call objects or null"),
-    "function_call": ((dict,), "an object or null"),
-    "role": ((str,), "a string"),
-}
-
-
-_MESSAGE_TYPES = {name: types for name, (types, _) in _MESSAGE_SHAPES.items()}
-_NOT_TEXT = frozenset({"tool_calls", "function_call"})  # the fields a string is wrong in
-
-
-def _check_message(message: dict[str, Any], file: str, line: int | None, at: str) -> None:
-    for name, value in message.items():
-        if value is None or type(value) is str and name not in _NOT_TEXT:
-            continue
-        types = _MESSAGE_TYPES.get(name)
-        if types is not None and not isinstance(value, types):
-            break
-    else:
-        calls = message.get("tool_calls")
-        if calls and not all(isinstance(c, dict) and isinstance(c.get("function", {}), dict)
-                             for c in calls):
-            raise _fail(file, line, f"{at}.tool_calls", "expected a list of tool-call "
-                        "objects, each with a `function` object")
-        return
-    for name, (types, words) in _MESSAGE_SHAPES.items():  # the first in this order is named
-        value = message.get(name)
-        if value is not None and not isinstance(value, types):
-            raise _fail(file, line, f"{at}.{name}", f"expected {words}, got {type_name(value)}")
-
-
-def _choice_unusable(endpoint: str, choice: dict[str, Any], message: Any) -> str | None:
-    """Why a saved choice (and its `message`) is not an answer, or None. An empty string is
-    an answer."""
-    if endpoint == COMPLETION_PATH:
-        return None if isinstance(choice.get("text"), str) else "saved text is null or missing"
-    if not isinstance(message, dict):
-        return "saved message is null or missing"
-    if message.get("content") is None and all(message.get(f) is None for f in ANSWER_FIELDS):
-        return "saved message has no content, refusal, reasoning or tool calls"
-    return None
-
-
 def _check_sample_usage(usage: Any, n: int, file: str, line: int | None) -> None:
     if not isinstance(usage, list) or len(usage) != n:
         raise _fail(file, line, "sample_usage", f"expected a list of {n} usage objects or nulls")
@@ -428,69 +313,7 @@ def _check_sample_usage(usage: Any, n: int, file: str, line: int | None) -> None
         raise _fail(file, line, "sample_usage", "expected usage objects or nulls")
 
 
-# A saved Responses answer with one of these statuses is not an answer (it failed, or was
-# saved before it was done).
-_NOT_DONE = frozenset({"failed", "cancelled", "queued", "in_progress"})
-
-
-def _typed_list(response: dict[str, Any], name: str, what: str, file: str,
-                line: int | None) -> list[Any]:
-    """`response[name]`, checked to be a list of objects (`what`) each with a string
-    `type`: a Responses body's `output` items, a Messages body's `content` blocks."""
-    value = response.get(name, MISSING)
-    items: list[Any] = value if type(value) is list else _want(
-        file, line, f"response.{name}", value, list)
-    for i, item in enumerate(items):
-        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
-            raise _fail(file, line, f"response.{name}[{i}]",
-                        f"expected {what} with a string `type`")
-    return items
-
-
-def _responses_unusable(response: dict[str, Any], file: str, line: int | None) -> str | None:
-    """Check a saved Responses body's shape; why it is not an answer, or None. An empty
-    `output` is an answer (vLLM leaves out the message of an empty text)."""
-    for i, item in enumerate(_typed_list(response, "output", "an item object", file, line)):
-        for name in ("content", "summary"):
-            if item.get(name) is not None and not isinstance(item[name], list):
-                raise _fail(file, line, f"response.output[{i}].{name}",
-                            "expected a list of parts or null")
-    status = response.get("status")
-    if status is not None and not isinstance(status, str):
-        raise _fail(file, line, "response.status",
-                    f"expected a string or null, got {type_name(status)}")
-    if status in _NOT_DONE:
-        error = response.get("error")
-        why = f": {orjson.dumps(error).decode()[:200]}" if error else ""
-        return f"the saved response's status is {status!r}{why}"
-    return None
-
-
-def _message_unusable(response: dict[str, Any], file: str, line: int | None) -> str | None:
-    """Check a saved Messages body's shape; why it is not an answer, or None. An empty
-    `content` is an answer; a message never finished (no `stop_reason`) is not."""
-    if response.get("type") == "error":
-        return f"the saved answer is an error: {orjson.dumps(response.get('error')).decode()[:200]}"
-    _typed_list(response, "content", "a block object", file, line)
-    stop = response.get("stop_reason")
-    if stop is not None and not isinstance(stop, str):
-        raise _fail(file, line, "response.stop_reason",
-                    f"expected a string or null, got {type_name(stop)}")
-    return None if stop is not None else "the saved message has no `stop_reason`: unfinished"
-
-
-def _count_unusable(response: dict[str, Any], file: str, line: int | None) -> str | None:
-    """A saved count_tokens answer: `input_tokens`, an integer."""
-    _want(file, line, "response.input_tokens", response.get("input_tokens", MISSING), int)
-    return None
-
-
-# Why a saved body that answers whole (`Family.whole`) is no answer, by endpoint.
-_WHOLE_UNUSABLE = {RESPONSES_PATH: _responses_unusable, MESSAGES_PATH: _message_unusable,
-                   COUNT_TOKENS_PATH: _count_unusable}
-
-
-def _check_stream(frames: Any, endpoint: str, response: dict[str, Any], file: str,
+def _check_stream(frames: Any, family: Family, response: dict[str, Any], file: str,
                   line: int | None) -> None:
     """The saved frames of a recorded stream: SSE frames (strings) that aggregate to the
     saved response. A streamed replay sends them as they are, so frames that say another
@@ -499,58 +322,6 @@ def _check_stream(frames: Any, endpoint: str, response: dict[str, Any], file: st
     if not isinstance(frames, list) or not frames or not all(
             isinstance(f, str) and f for f in frames):
         raise _fail(file, line, "stream", "expected a non-empty list of SSE frames (strings)")
-    why = stream_mismatch(endpoint, "".join(frames).encode(), response)
+    why = family.stream_problem("".join(frames).encode(), response)
     if why is not None:
         raise _fail(file, line, "stream", why)
-
-
-def stream_mismatch(endpoint: str, frames: bytes, response: dict[str, Any]) -> str | None:
-    """Why saved frames cannot be served for this saved response, or None: they must
-    aggregate to it exactly, or a streamed replay would send another answer than a plain
-    one (a response edited by hand, its frames left as they were)."""
-    try:
-        got = family_of(endpoint).aggregate(frames)
-        if not family_of(endpoint).whole:
-            got, _ = _normalise_choices(got, endpoint, "(stream)", None, "")
-    except (StreamError, LoadError) as e:
-        return f"the saved stream cannot be read: {e}"
-    if got != response:
-        return ("the saved stream does not aggregate to the saved `response`: a streamed "
-                "replay would send another answer than a plain one")
-    return None
-
-
-def split_batch(
-    request: dict[str, Any], response: dict[str, Any]
-) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """One (request, response) per prompt of a batched completion exchange.
-
-    Choice `prompt_index * n + j` goes to prompt `prompt_index`. The batch's `usage` covers
-    every prompt together and cannot be split, so each part's usage is null (`batch_parts`
-    also says which batch each part came from, with its usage).
-    """
-    return [(r, b) for r, b, _ in batch_parts(request, response, "")]
-
-
-def batch_parts(
-    request: dict[str, Any], response: dict[str, Any], batch_id: str
-) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]]:
-    """(request, response, batch) per prompt of a batched completion exchange: as
-    `split_batch`, and `batch` = `{"id": batch_id, "index", "size", "usage"}` keeps the
-    batch's usage, which a replay of the same batch serves again. A single prompt has no
-    batch."""
-    prompts = split_prompts(request.get("prompt"))
-    if prompts is None or len(prompts) == 1:
-        return [(request, response, None)]
-    choices = sorted(response.get("choices") or [], key=lambda c: c.get("index", 0))
-    n = len(choices) // len(prompts)
-    if n == 0 or n * len(prompts) != len(choices):
-        raise ValueError(f"{len(choices)} choices do not split evenly over {len(prompts)} prompts")
-    parts: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]] = []
-    for i, prompt in enumerate(prompts):
-        mine = [{**c, "index": j} for j, c in enumerate(choices[i * n:(i + 1) * n])]
-        batch = {"id": batch_id, "index": i, "size": len(prompts),
-                 "usage": response.get("usage")}
-        parts.append(({**request, "prompt": prompt}, {**response, "choices": mine,
-                                                      "usage": None}, batch))
-    return parts

@@ -10,8 +10,9 @@ go the same way, to the Replayer's `tokenizer` (replay/tokenizer.py), whose erro
 counted apart: they carry no generation. Everything else is ordinary FastAPI, in
 `routes.py`.
 Every error, whichever layer raises it, leaves in its API's envelope (an endpoint's
-family's; else Anthropic's for a request carrying `anthropic-version`, OpenAI's for any
-other) with `x-should-retry: false`, and every error sent for a request that may have
+family's; else the family that claims it by its headers, `Family.claims`: Anthropic's
+for a request carrying `anthropic-version`; OpenAI's for any other) with
+`x-should-retry: false`, and every error sent for a request that may have
 cost a generation (`_counted`: one on a generation endpoint, or one that sends something)
 is counted (`Stats`), so that `run` fails on it even when the harness swallows it; a probe
 of the base URL or of another route is answered as a real server answers it, and is not.
@@ -35,11 +36,11 @@ from .. import __version__, errors
 from ..errors import BadRequest, ReplayServerError
 from ..index.index import Index
 from ..index.samples import Rules
-from ..paths import ENDPOINTS, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
+from ..paths import MODELS_PATH, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
 from ..replay.replayer import Replayer
-from ..saved.loader import context
+from ..saved.local_tokenizer import LocalTokenizer
 from ..settings import Settings
-from ..wire.families import error_body_of
+from ..wire.families import ENDPOINTS, error_body_of
 from .endpoint import ReplayEndpoint, authorized, internal_error, unauthorized
 from .recorder import Recorder
 from .routes import router
@@ -147,10 +148,12 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
     message = f"{detail}: {request.method} {request.url.path}"
     if exc.status_code == 404:
-        message += (" (this server answers /v1/chat/completions, /v1/completions, "
-                    "/v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/models, "
-                    "and vLLM's /tokenize, /detokenize, /tokenizer_info)")
+        message += f" (this server answers {_ANSWERED})"
     return _error_response(request, kind(message))
+
+
+_ANSWERED = (", ".join((*ENDPOINTS, MODELS_PATH))
+             + f", and vLLM's {', '.join(TOKENIZER_ENDPOINTS)}")
 
 
 async def _replay_error(request: Request, exc: Exception) -> Response:
@@ -170,13 +173,13 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return _error_response(request, internal_error(exc))
 
 
-def create_app(settings: Settings, index: Index, recorder: Recorder | None = None
-               ) -> FastAPI:
+def create_app(settings: Settings, index: Index, recorder: Recorder | None = None,
+               tokenizer: LocalTokenizer | None = None) -> FastAPI:
     """The whole server for one loaded index; with `recorder` (`upstream.recorder_for`),
     requests for a model the saved runs lack go through it to the upstream (the caller
-    closes its writer; the app, its client)."""
-    replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous),
-                        context(tokenizer=settings.tokenizer).tokenizer,
+    closes its writer; the app, its client); `tokenizer`, --tokenizer's, loaded once by
+    the caller (`saved.loader.tokenizer_of`), computes tokenizer calls."""
+    replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous), tokenizer,
                         settings.upstream_patterns() if recorder is not None else None)
     upstream = Upstream(recorder, replayer) if recorder is not None else None
 

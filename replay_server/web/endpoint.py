@@ -18,9 +18,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .. import errors
 from ..errors import BadRequest, PayloadTooLarge, ReplayServerError, Unauthorized
-from ..paths import ENDPOINTS, TOKENIZER_ENDPOINTS
+from ..paths import TOKENIZER_ENDPOINTS
 from ..replay.replayer import Replayer
-from ..wire.families import family_of
+from ..wire.families import ENDPOINTS, family_of
 from .upstream import Upstream
 from .writes import when_sent
 

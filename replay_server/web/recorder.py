@@ -73,15 +73,14 @@ from .. import __version__, errors
 from ..errors import LoadError
 from ..paths import (
     DETOKENIZE_PATH,
-    ENDPOINTS,
     MODELS_PATH,
     NO_GENERATION,
     TOKENIZE_PATH,
     TOKENIZER_ENDPOINTS,
 )
-from ..saved.record import batch_parts, dump_line, make_record, strip_transport
+from ..saved.record import dump_line, make_record, strip_transport
 from ..saved.writer import RecordWriter
-from ..wire.families import error_body_of, family_for, family_of
+from ..wire.families import ENDPOINTS, error_body_of, family_for, family_of
 from ..wire.family import Aggregator, Family
 from ..wire.sse import Frames, StreamError
 from .credentials import basic_auth, query_without_keys, shown, without_keys
@@ -122,10 +121,9 @@ def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
         record = make_record(path, model, request, response, source, "(recording)", None)
         record.source = source
         return dump_line(record)
-    parts = batch_parts(request, response, uuid.uuid4().hex) if family_of(path).batched \
-        else [(request, response, None)]
     lines = []
-    for part_request, part_response, batch in parts:
+    for part_request, part_response, batch in family_of(path).split(request, response,
+                                                                    uuid.uuid4().hex):
         record = make_record(path, model, part_request, part_response, source,
                              "(recording)", None, batch=batch,
                              stream=frames if batch is None else None)
@@ -330,15 +328,14 @@ class Recorder:
                           aggregator: Aggregator, frames: Frames, ended: bool = False,
                           hook: Outcome | None = None) -> bool:
         """Save a finished stream, with its frames as sent; once begun, the save completes
-        even if cancelled. `ended`: the upstream's body ended cleanly before `[DONE]` (a
-        chat or completion stream is then whole if each choice the request asked for came
-        with its finish_reason; a Responses stream needs its terminal event all the same)."""
+        even if cancelled. `ended`: the upstream's body ended cleanly before its end marker
+        (`[DONE]`): the stream is then whole if its family says so (a chat or completion
+        stream: each choice the request asked for came with its finish_reason,
+        `Family.unfinished`; a Responses stream needs its terminal event all the same)."""
         try:
             response = aggregator.result(ended)
-            if ended and "choices" in response and \
-                    len(response["choices"]) != _choices_asked(path, request):
-                raise StreamError("the stream ended before `data: [DONE]`, without "
-                                  "every choice the request asked for")
+            if ended and (short := family_of(path).unfinished(request, response)):
+                raise StreamError(short)
         except StreamError as e:
             log.warning("stream not recorded (%s): %s", path, e)
             return False
@@ -371,17 +368,6 @@ class Recorder:
 
     async def close(self) -> None:
         await self.client.aclose()
-
-
-def _choices_asked(path: str, request: dict[str, Any]) -> int:
-    """How many choices a whole answer to `request` has: `n` per prompt (a completion's
-    `prompt` may be a batch: a list of strings or of token-id lists)."""
-    n = request.get("n")
-    per_prompt = n if isinstance(n, int) and n > 0 else 1
-    prompt = request.get("prompt") if family_of(path).batched else None
-    if isinstance(prompt, list) and prompt and all(isinstance(p, str | list) for p in prompt):
-        return per_prompt * len(prompt)
-    return per_prompt
 
 
 # What a model list entry says of the time of its answer, not of the model: vLLM stamps

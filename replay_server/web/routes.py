@@ -12,8 +12,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ..errors import BadRequest
+from ..paths import RESPONSES_PATH
 from ..replay.replayer import Replayer
-from ..wire.families import is_anthropic
+from ..wire.families import family_of
 
 router = APIRouter()
 
@@ -36,7 +37,7 @@ async def health() -> Response:
 @router.get("/v1/models", summary="The saved models this server answers for (vLLM's shape; "
             "Anthropic's for a request with the `anthropic-version` header)")
 async def models(request: Request) -> Response:
-    return _json(_replayer(request).models_body(is_anthropic(request.scope["headers"])))
+    return _json(_replayer(request).models_body(request.scope["headers"]))
 
 
 @router.get("/v1/responses/{response_id}",
@@ -46,7 +47,7 @@ async def models(request: Request) -> Response:
                        404: {"description": "No saved response has this id (as vLLM answers)"}})
 async def retrieve_response(request: Request, response_id: str, stream: bool = False
                             ) -> Response:
-    reply = _replayer(request).retrieve(response_id, stream)
+    reply = _replayer(request).retrieve(family_of(RESPONSES_PATH), response_id, stream)
     return Response(reply.body, headers={k.decode(): v.decode() for k, v in reply.headers
                                          if k != b"content-length"})
 

@@ -18,12 +18,11 @@ from fastapi.openapi.utils import get_openapi
 
 from ..paths import (
     DETOKENIZE_PATH,
-    ENDPOINTS,
     TOKENIZE_PATH,
     TOKENIZER_ENDPOINTS,
     TOKENIZER_INFO_PATH,
 )
-from ..wire.families import family_of
+from ..wire.families import ENDPOINTS, family_of
 from ..wire.tokenizer.fields import DETOKENIZE, TOKENIZE, TOKENIZE_CHAT
 
 ERROR = {

@@ -33,6 +33,7 @@ import uvicorn
 from ..errors import LoadError
 from ..index.file import StoredIndex
 from ..index.index import Index
+from ..saved.loader import tokenizer_of
 from ..settings import Settings
 from .app import create_app
 from .listen import stop_requested, uvicorn_config
@@ -87,7 +88,8 @@ def run(paths: Sequence[str | Path], settings: Settings, sock: socket.socket) ->
 
 def serve_one(index: Path, settings: Settings, sock: socket.socket) -> None:
     """One worker: the app over the shared index file, served on `sock` until SIGTERM."""
-    app = create_app(settings, StoredIndex(index, settings.aliases()))
+    app = create_app(settings, StoredIndex(index, settings.aliases()),
+                     tokenizer=tokenizer_of(settings.tokenizer))
     gc.collect()
     gc.freeze()  # as `serve` does: the index's objects out of the collector's sight
     config = uvicorn_config(app, settings.log_level, settings.access_log,

@@ -1,39 +1,40 @@
 """The registry of API families: endpoint path -> `Family`. Adding an API is adding its
-package (`wire/<name>/`, of the families' one shape, its `FAMILY` naming its path in
-`paths.py`; a second path of the same API, its `ALSO`) and its name here."""
+package (`wire/<name>/`, of the families' one shape, its `FAMILY`; a second path of the
+same API, its `ALSO`) and its line here: nothing else imports a family's package
+(tests/test_layers.py), and every other module asks the `Family`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from importlib import import_module
+from types import ModuleType
 from typing import Any
 
 from ..errors import ReplayServerError
-from ..paths import CHAT_PATH, ENDPOINTS, MESSAGES_PATH
+from . import chat, completions, messages, responses
 from .family import Family
 from .keys import markdown_table
 
-_PACKAGES = (
-    "chat",
-    "completions",
-    "responses",
-    "messages",
-)
 
-
-def _load() -> dict[str, Family]:
+def _register(*packages: ModuleType) -> dict[str, Family]:
     found: dict[str, Family] = {}
-    for name in _PACKAGES:
-        module = import_module(f"{__package__}.{name}")
+    for package in packages:
         # (a package may answer a second path of its API: Messages' count_tokens)
-        for family in (module.FAMILY, *getattr(module, "ALSO", ())):
+        for family in (package.FAMILY, *getattr(package, "ALSO", ())):
             assert isinstance(family, Family) and family.path not in found
             found[family.path] = family
-    assert tuple(found) == ENDPOINTS, "paths.ENDPOINTS names the families, in this order"
     return found
 
 
-FAMILIES: dict[str, Family] = _load()
+# In this order: the endpoints' (ENDPOINTS, a record's `endpoint` error, the routes); the
+# first, OpenAI's chat, answers for a request of no family (`family_for`).
+FAMILIES: dict[str, Family] = _register(
+    chat,
+    completions,
+    responses,
+    messages,
+)
+ENDPOINTS = tuple(FAMILIES)
+"""The replay endpoints: their answers are saved generations."""
 BY_KIND: dict[str, Family] = {f.kind: f for f in FAMILIES.values()}
 
 
@@ -47,20 +48,16 @@ def fields_table(*paths: str) -> str:
     return markdown_table((FAMILIES[p].name, FAMILIES[p].table) for p in paths)
 
 
-def is_anthropic(headers: Iterable[tuple[bytes, bytes]]) -> bool:
-    """Whether a request is Anthropic's: it carries `anthropic-version`, as Anthropic's SDK
-    and every client of its API send. It tells the two APIs apart on the paths they share
-    (`GET /v1/models`) and on errors for no endpoint's request (an unknown route)."""
-    return any(name == b"anthropic-version" for name, _ in headers)
-
-
 def family_for(path: str, headers: Iterable[tuple[bytes, bytes]]) -> Family:
-    """The family of any request: its endpoint's; on any other path, Messages for an
-    Anthropic request (`is_anthropic`), else chat (OpenAI's)."""
+    """The family of any request: its endpoint's; on any other path (an unknown route,
+    `GET /v1/models`), the first family that claims it by its headers
+    (`Family.claims`: Anthropic's `anthropic-version`), else OpenAI's chat."""
     family = FAMILIES.get(path)
     if family is not None:
         return family
-    return FAMILIES[MESSAGES_PATH if is_anthropic(headers) else CHAT_PATH]
+    headers = list(headers)
+    return next((f for f in FAMILIES.values() if f.claims(headers)),
+                next(iter(FAMILIES.values())))
 
 
 def error_body_of(path: str, headers: Iterable[tuple[bytes, bytes]]

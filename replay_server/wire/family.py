@@ -1,11 +1,13 @@
-"""An API family (OpenAI chat, completions, Responses; Anthropic Messages next): the one
-object through which the rest of the server reads, keys, answers and records one wire API.
+"""An API family (OpenAI chat, completions, Responses; Anthropic Messages): the one object
+through which the rest of the server reads, keys, answers and records one wire API.
 
 Each family is one package of the same shape (`fields.py` its field table and its own
-normal forms, `request.py` its request checks and keyed prompts, `stream_out.py` its
-streams out, `stream_in.py` its streams in) whose `__init__` makes its `Family`; the
-registry (`families.py`) maps endpoint paths to them. Nothing outside `wire` asks which
-family a request is for: it asks the family.
+normal forms, `request.py` its request checks and keyed prompts, `answer.py` what a
+usable saved exchange of it is and what makes two saved generations the same,
+`stream_out.py` its streams out, `stream_in.py` its streams in) whose `__init__` makes
+its `Family`; the registry (`families.py`) imports each package and maps endpoint paths
+to them. Nothing outside `wire` asks which family a request or a record is of: it asks
+the family.
 """
 
 from __future__ import annotations
@@ -17,11 +19,17 @@ from typing import Any, Protocol
 import orjson
 
 from ..errors import BadRequest, ReplayServerError
+from .answer import BadAnswer, itself
 from .json_types import type_name
 from .keys import Table, Unkeyable, key_of, unverbatim
+from .models import models_body
 from .selection import Saved, Selection
+from .sse import StreamError
 
 Prompts = Callable[[dict[str, Any], dict[str, Any] | None], list[dict[str, Any]] | None]
+Body = dict[str, Any]
+# (request, response, batch) of one prompt of a saved exchange (`Family.split`)
+Part = tuple[Body, Body | None, Body | None]
 
 
 class Aggregator(Protocol):
@@ -47,6 +55,22 @@ def _no_previous(request: dict[str, Any]) -> str | None:
     return None
 
 
+def _one(body: Body) -> int:
+    return 1
+
+
+def _whole_exchange(request: Body, response: Body | None, batch_id: str) -> list[Part]:
+    return [(request, response, None)]
+
+
+def _finished(request: Body, body: Body) -> str | None:
+    return None
+
+
+def _claims_none(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    return False
+
+
 def _openai_error(error: ReplayServerError) -> dict[str, Any]:
     return error.body()
 
@@ -65,10 +89,20 @@ class Family:
     `prompts` gives the keyed prompts of a request or a saved record (None for a prompt of
     no valid form); `options` reads `n` and `stream_options.include_usage`. `reply` and
     `stream` make the answer from the saved exchanges chosen; `aggregator` reads a stream
-    as it arrives, and `aggregate` a whole one (a recorded stream is served only if it
-    aggregates to its saved body); `carries_usage` says whether recorded frames carried
-    the usage chunk; `error_body` is its error envelope (the OpenAI one unless the API has
-    its own), which every error a request of the family gets is rendered in.
+    as it arrives, and `aggregate` a whole one (a recorded stream is loaded only if it
+    aggregates to its saved body); `unfinished` says why the body of a stream that ended
+    without its end marker is not the whole answer to its request; `carries_usage` says
+    whether recorded frames carried the usage chunk; `error_body` is its error envelope
+    (the OpenAI one unless the API has its own), which every error a request of the family
+    gets is rendered in.
+
+    What the family knows of its saved answers (`answer.py`): `saved_request` and
+    `saved_answer` check a saved record's request (one prompt of the API's form) and
+    response, raising `answer.BadAnswer` for a wrong shape, and say why a response is no
+    answer (the response in its normal form, and the reason or None); `samples` counts a
+    saved body's samples, `generations` gives their identities (two saved samples are the
+    same generation when these are equal), and `split` makes a batched exchange one part
+    per prompt.
 
     A *chained* family keys a request by the saved turn it continues (`previous_id`, then
     `previous_of` that turn's keyed prompt and response), so its requests are keyed once
@@ -87,6 +121,12 @@ class Family:
     aggregator: Callable[[], Aggregator]
     aggregate: Callable[[bytes], dict[str, Any]]
     schema: dict[str, Any]
+    saved_request: Callable[[Body], None]
+    saved_answer: Callable[[Body], tuple[Body, str | None]]
+    generations: Callable[[Body], list[bytes]] = itself
+    samples: Callable[[Body], int] = _one
+    split: Callable[[Body, Body | None, str], list[Part]] = _whole_exchange
+    unfinished: Callable[[Body, Body], str | None] = _finished
     options: Callable[[dict[str, Any]], tuple[int, bool]] = _no_options
     carries_usage: Callable[[list[str]], bool] = _no_usage
     chained: bool = False
@@ -116,6 +156,17 @@ class Family:
     client_variable: str = "OPENAI_BASE_URL"
     """The environment variable the API's own SDK reads its server from (Anthropic's:
     `ANTHROPIC_BASE_URL`), which `record` tells the user to set."""
+    models: Callable[[list[tuple[str, int | None]], int], Body] = models_body
+    """The API's list of models (`GET /v1/models`), from `(name, max_model_len)` and the
+    time the server started: vLLM's unless the API has its own (Anthropic's)."""
+    claims: Callable[[Iterable[tuple[bytes, bytes]]], bool] = _claims_none
+    """Whether a request on no endpoint of the family is the API's, by its headers
+    (Anthropic's `anthropic-version`): whose error envelope and model list it gets
+    (`families.family_for`)."""
+    counts_tokens: bool = False
+    """A count of tokens, no generation (count_tokens): a request whose prompt was not
+    saved is an unanswered tokenizer call (reported, failing `run` only under --strict),
+    not a miss."""
 
     def with_headers(self, data: dict[str, Any], headers: Iterable[tuple[bytes, bytes]]
                      ) -> dict[str, Any]:
@@ -152,6 +203,24 @@ class Family:
         if not self.chained:  # (a chained family's is keyed once the model is known)
             request.key(None)
         return request
+
+    def stream_problem(self, frames: bytes, body: Body) -> str | None:
+        """Why a recorded stream's frames cannot be served for its saved body, or None:
+        they must aggregate to it exactly (in the family's normal form), or a streamed
+        replay would send another answer than a plain one (a body edited by hand, its
+        frames left as they were). Checked when the record is loaded."""
+        try:
+            got = self.aggregate(frames)
+            if not self.whole:
+                got, _ = self.saved_answer(got)
+        except StreamError as e:
+            return f"the saved stream cannot be read: {e}"
+        except BadAnswer as e:  # (named as a bad part of a saved file is)
+            return f"the saved stream cannot be read: (stream): {e}"
+        if got != body:
+            return ("the saved stream does not aggregate to the saved `response`: a "
+                    "streamed replay would send another answer than a plain one")
+        return None
 
     def example_request(self, prompt: dict[str, Any]) -> dict[str, Any]:
         """A request body that a keyed prompt is the key of (the start-up snippet)."""

@@ -1,9 +1,8 @@
-"""`GET /v1/models`: the models the server holds, shaped like vLLM's list, or like
-Anthropic's for a request that carries `anthropic-version`."""
+"""`GET /v1/models`: the models the server holds, shaped like vLLM's list (the `Family`
+default: `Family.models`; an API with a list of its own says so in its package)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 
@@ -21,14 +20,12 @@ def models_body(models: list[tuple[str, int | None]], created: int) -> dict[str,
     }
 
 
-def anthropic_models_body(names: list[str], created: int) -> dict[str, Any]:
-    """Anthropic's list: `{"data": [{"type": "model", "id", "display_name", "created_at"}],
-    "has_more", "first_id", "last_id"}` (one page of them all)."""
-    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))
-    return {
-        "data": [{"type": "model", "id": name, "display_name": name, "created_at": when}
-                 for name in names],
-        "has_more": False,
-        "first_id": names[0] if names else None,
-        "last_id": names[-1] if names else None,
-    }
+def entry_problem(model: str, entry: Any) -> str | None:
+    """Why a recorded entry of the list is not `model`'s (what its record must hold), or
+    None."""
+    if not isinstance(entry, dict) or entry.get("id") != model:
+        return "expected the model's entry of /v1/models (an object whose `id` is `model`)"
+    length = entry.get("max_model_len")
+    if length is not None and type(length) is not int:
+        return "`max_model_len` must be an integer"
+    return None

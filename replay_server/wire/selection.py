@@ -36,12 +36,6 @@ def whole(selections: Sequence[Selection[S]]) -> S | None:
     return None
 
 
-def recorded(selections: Sequence[Selection[S]]) -> S | None:
-    """The exchange whose recorded frames a stream sends for these selections, if any."""
-    exchange = whole(selections)
-    return exchange if exchange is not None and exchange.stream is not None else None
-
-
 def encode(selections: Sequence[Selection[Saved]]) -> bytes:
     """The body of a reply that one whole saved exchange answers: its saved bytes."""
     exchange = whole(selections)

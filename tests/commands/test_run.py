@@ -435,3 +435,30 @@ def test_the_bound_on_refusals_is_the_user_s() -> None:
 def test_the_bound_on_refusals_is_a_count() -> None:
     result = run("--max-attempts", "-1", "--", "true")
     assert result.returncode == 2 and "Invalid value for '--max-attempts'" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_tokenizer_is_loaded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--tokenizer` is read once per process: the load of the saved run and the server
+    use the same tokenizer (it was loaded for the load, then again for the app)."""
+    from replay_server.commands.run import run_command
+    from replay_server.saved import local_tokenizer
+    from replay_server.settings import Settings
+
+    loads: list[str] = []
+    load = local_tokenizer.load_tokenizer
+
+    def counted(path: str) -> local_tokenizer.LocalTokenizer:
+        loads.append(path)
+        return load(path)
+
+    monkeypatch.setattr(local_tokenizer, "load_tokenizer", counted)
+    tokenizer = str(ROOT / "tests" / "data" / "gen" / "tokenizer_bpe")
+    said: list[str] = []
+    code = run_command([ROOT / "examples"], Settings(tokenizer=tokenizer),
+                       [sys.executable, "-c", ALL + TOKENIZE], allow_unused=False,
+                       stop_on_miss=False, say=said.append)
+    assert code == 0, said
+    assert "tokenizer calls: 0 answered from recordings, 1 computed with --tokenizer, 0 " \
+        "unanswered" in "\n".join(said)
+    assert loads == [tokenizer]

@@ -4,7 +4,6 @@ moves and counts, and what is logged when it gets no saved generation."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from typing import Any
 
@@ -14,13 +13,21 @@ import pytest
 
 from replay_server import errors
 from replay_server.index.samples import Rules
-from replay_server.paths import CHAT_PATH
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH
 from replay_server.replay.replayer import Replayer
 from replay_server.saved.record import Record, validate
 from replay_server.settings import Settings
 from replay_server.web.app import create_app
 from replay_server.wire.families import family_of
-from tests.support import MODEL, build, chat_record, chat_response, user
+from tests.support import (
+    MODEL,
+    build,
+    chat_record,
+    chat_response,
+    completion_record,
+    completion_response,
+    user,
+)
 
 LOOSE = Rules()
 
@@ -79,28 +86,16 @@ def joined(record: Record) -> bytes:
 # ------------------------------------------------------------------ a failed request
 
 
-def test_a_stream_that_cannot_be_served_moves_no_cursor() -> None:
-    """Saved frames that do not add up to their body fail at request time: that failure
-    comes before the repeats cursor moves, so the next call gets sample 1, not sample 2.
-    (The record is made as a reader could not make it once frames are checked when
-    loaded: a test of the request path, however such an exchange got in.)"""
-    bad = dataclasses.replace(chat_record("q", chat_response("a"), line=1),
-                              stream=frames_of("not a"))
-    r = replayer([bad, chat_record("q", chat_response("b"), line=2)])
-    with pytest.raises(errors.Unusable, match="saved stream"):
-        ask(r, "q", stream=True)
-    assert texts(ask(r, "q")) == ["a"]
-    assert texts(ask(r, "q")) == ["b"]
-
-
 def test_a_failed_request_uses_no_sample_and_counts_no_hit() -> None:
-    bad = dataclasses.replace(chat_record("q", chat_response("a"), line=1),
-                              stream=frames_of("not a"))
-    r = replayer([bad, chat_record("q", chat_response("b"), line=2)])
-    with pytest.raises(errors.Unusable):
-        ask(r, "q", stream=True)
+    """A batch whose first prompt has its sample chosen and whose second is a miss: the
+    request fails whole, and the sample chosen for the first is neither used nor a hit
+    (the cursor stays too: tests/index/test_index.py)."""
+    r = replayer([completion_record("p", completion_response("a")),
+                  completion_record("p", completion_response("b"), line=2)])
+    with pytest.raises(errors.NoMatch, match="prompt 1 of 2"):
+        r.handle(COMPLETION_PATH, orjson.dumps({"model": MODEL, "prompt": ["p", "missing"]}))
     assert r.stats.used == {} and r.stats.counts[MODEL]["hits"] == 0
-    assert r.stats.counts[MODEL]["replay_unusable"] == 1
+    assert r.stats.counts[MODEL]["replay_no_match"] == 1
 
 
 # ------------------------------------------------------------------ recorded frames

@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay_server.errors import BadRequest
-from replay_server.paths import CHAT_PATH, COMPLETION_PATH, ENDPOINTS, RESPONSES_PATH
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH
 from replay_server.wire import keys
 from replay_server.wire.chat import request as chat
 from replay_server.wire.chat.fields import TABLE as CHAT
 from replay_server.wire.completions import request as completions
-from replay_server.wire.families import FAMILIES, family_of, fields_table
+from replay_server.wire.families import ENDPOINTS, FAMILIES, family_of, fields_table
 from tests.support import docs_page
 
 SYSTEM = {"role": "system", "content": "Be brief."}

@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import LoadError, where_of
-from ...paths import COMPLETION_PATH, ENDPOINTS
-from ...wire.completions.request import split_prompts
-from ..record import Record, make_record, split_batch, strip_transport
+from ...wire.families import ENDPOINTS, family_of
+from ..record import Record, make_record, strip_transport
 from .base import LoadContext, head_keys, json_lines, read_rows
 
 HARNESS = "openai-batch"
@@ -128,28 +127,16 @@ def _unanswered(ctx: LoadContext, given: _Line) -> list[Record]:
 
 def _records(given: _Line, body: Any, source: dict[str, Any],
              failure: str | None) -> list[Record]:
-    """One record per prompt of the input's request (a batched completion is split)."""
+    """One record per prompt of the input's request (a batched completion is split, its
+    parts' usage null: the batch output's usage covers them all, `Family.split`)."""
     file, line = str(source["file"]), int(source["line"])
     url, request = given.obj["url"], strip_transport(given.obj["body"])
-    parts: list[tuple[dict[str, Any], dict[str, Any] | None]]
-    if failure is not None:
-        parts = [(r, None) for r in _split_requests(request)]
-    elif url == COMPLETION_PATH and isinstance(body, dict):
-        try:
-            parts = list(split_batch(request, body))
-        except ValueError as e:
-            raise LoadError(file, line, str(e), field="response.body.choices") from None
-    else:
-        parts = [(request, body)]
+    try:
+        parts = family_of(url).split(request, body if failure is None else None, "")
+    except ValueError as e:
+        raise LoadError(file, line, str(e), field="response.body.choices") from None
     return [make_record(url, request.get("model"), part_request, part_body, source, file, line,
-                        unusable=failure) for part_request, part_body in parts]
-
-
-def _split_requests(request: dict[str, Any]) -> list[dict[str, Any]]:
-    prompts = split_prompts(request.get("prompt")) if "prompt" in request else None
-    if prompts is None or len(prompts) == 1:
-        return [request]
-    return [{**request, "prompt": p} for p in prompts]
+                        unusable=failure) for part_request, part_body, _ in parts]
 
 
 def _failure(obj: dict[str, Any]) -> str | None:

@@ -1,11 +1,12 @@
 """The OpenAI chat completions API (`POST /v1/chat/completions`), as vLLM serves it."""
 
 from ...paths import CHAT_PATH
+from ..choices import answer as choices
 from ..choices import reply
-from ..choices.request import options
-from ..choices.stream_in import aggregate, carries_usage
+from ..choices.request import n_asked, options
+from ..choices.stream_in import aggregate, carries_usage, unfinished
 from ..family import Family
-from . import request, stream_in
+from . import answer, request, stream_in
 from .fields import KIND, TABLE
 from .stream_out import STREAM
 
@@ -14,7 +15,10 @@ FAMILY = Family(
     check=request.check, prompts=request.prompts, options=options, reply=reply.encode,
     stream=STREAM.stream, aggregator=stream_in.aggregator,
     aggregate=lambda stream: aggregate(stream_in.aggregator(), stream),
-    carries_usage=carries_usage,
+    unfinished=lambda data, body: unfinished(body, n_asked(data)),
+    carries_usage=carries_usage, saved_request=answer.saved_request,
+    saved_answer=answer.saved_answer, samples=choices.samples,
+    generations=choices.generations,
     schema=TABLE.schema("messages", {
         "n": {"minimum": 1},
         "stream_options": {"properties": {"include_usage": {"type": "boolean"}}},

@@ -32,3 +32,10 @@ def _include_usage(data: dict[str, Any]) -> bool:
         raise BadRequest("`stream_options.include_usage` must be a boolean",
                          param="stream_options.include_usage")
     return include is True
+
+
+def n_asked(request: dict[str, Any]) -> int:
+    """The choices a request asks for per prompt: `n`, or 1 (a stream's check reads it
+    leniently: the request was the upstream's to judge)."""
+    n = request.get("n")
+    return n if isinstance(n, int) and n > 0 else 1

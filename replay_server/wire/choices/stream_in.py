@@ -125,7 +125,7 @@ class ChoicesAggregator:
     never invents a field the stream did not carry.
 
     There is one aggregator for a stream as it arrives (the recorder) and for a stream that
-    is all there (a recorded stream, checked once before it is first served), so a stream
+    is all there (a recorded stream, checked when its saved record is loaded), so a stream
     is read one way only: cut into frames by the SSE rules (`sse.Frames`), and each
     frame's data merged into its choice (`merge`, the family's).
 
@@ -266,3 +266,13 @@ def carries_usage(frames: list[str]) -> bool:
     """Whether a recorded stream carried the usage chunk (the client asked for
     `stream_options.include_usage`)."""
     return any(is_usage_chunk(f.encode()) for f in reversed(frames) if '"usage"' in f)
+
+
+def unfinished(body: dict[str, Any], asked: int) -> str | None:
+    """Why the body of a stream that ended cleanly before `data: [DONE]` is not the whole
+    answer, or None: it lacks some of the `asked` choices (each that came has its
+    finish_reason: `ChoicesAggregator.result`)."""
+    if len(body["choices"]) != asked:
+        return ("the stream ended before `data: [DONE]`, without every choice the request "
+                "asked for")
+    return None

@@ -2,11 +2,12 @@
 text or token ids, or a batch of them."""
 
 from ...paths import COMPLETION_PATH
+from ..choices import answer as choices
 from ..choices import reply
 from ..choices.request import options
-from ..choices.stream_in import aggregate, carries_usage
+from ..choices.stream_in import aggregate, carries_usage, unfinished
 from ..family import Family
-from . import request, stream_in
+from . import answer, request, stream_in
 from .fields import KIND, TABLE
 from .stream_out import STREAM
 
@@ -17,7 +18,10 @@ FAMILY = Family(
     check=request.check, prompts=request.prompts, options=options, reply=reply.encode,
     stream=STREAM.stream, aggregator=stream_in.aggregator,
     aggregate=lambda stream: aggregate(stream_in.aggregator(), stream),
-    carries_usage=carries_usage, batched=True,
+    unfinished=lambda data, body: unfinished(body, request.choices_asked(data)),
+    carries_usage=carries_usage, batched=True, split=answer.split,
+    saved_request=answer.saved_request, saved_answer=answer.saved_answer,
+    samples=choices.samples, generations=choices.generations,
     schema=TABLE.schema("prompt", {
         "n": {"minimum": 1},
         "stream_options": {"properties": {"include_usage": {"type": "boolean"}}},

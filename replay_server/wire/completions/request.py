@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import BadRequest
+from ..choices.request import n_asked
 from .fields import TABLE
 
 
@@ -51,3 +52,12 @@ def prompts(request: dict[str, Any], previous: dict[str, Any] | None = None
     """One keyed prompt per prompt of the request; None when `prompt` has no valid form."""
     split = split_prompts(request.get("prompt"))
     return None if split is None else [prompt(p, request) for p in split]
+
+
+def choices_asked(request: dict[str, Any]) -> int:
+    """How many choices a whole answer to `request` has: `n` per prompt (a batch: a list
+    of strings or of token-id lists)."""
+    prompt = request.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str | list) for p in prompt):
+        return n_asked(request) * len(prompt)
+    return n_asked(request)

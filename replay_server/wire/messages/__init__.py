@@ -1,12 +1,14 @@
 """Anthropic's Messages API (`POST /v1/messages`), as Anthropic serves it.
 
 - `fields.py`: the field table (and count_tokens', its prompt fields) and the normal forms
-  of messages, blocks, tools and output formats; `request.py`: the checks and the keyed
-  prompt;
+  of messages, blocks, tools and output formats; `request.py`: the checks, the keyed
+  prompt, and whether a request is Anthropic's (`anthropic-version`);
+- `answer.py`: what a usable saved message (and count) is, and what makes two saved
+  messages the same generation;
 - `stream_in.py`: a Messages stream (named events) -> the message a plain request gets;
 - `stream_out.py`: the events Anthropic sends for a saved message, its texts in
   token-sized deltas;
-- `envelope.py`: Anthropic's error envelope.
+- `envelope.py`: Anthropic's error envelope; `models.py`: its list of models.
 
 A reply is the saved message as it was (content blocks verbatim, thinking `signature`s
 included, `stop_reason`, `stop_sequence`, `usage` with its cache fields, `id`), with a
@@ -18,9 +20,10 @@ kind: a count is no generation of the same prompt).
 from ...paths import COUNT_TOKENS_PATH, MESSAGES_PATH
 from ..family import Family
 from ..selection import encode
-from . import request, stream_in, stream_out
+from . import answer, request, stream_in, stream_out
 from .envelope import SCHEMA, error_body
 from .fields import COUNT_KIND, COUNT_TABLE, HEADERS, KIND, TABLE
+from .models import models_body
 
 _SCHEMA_MESSAGES = {"messages": {"type": "array", "items": {"type": "object"}}}
 
@@ -42,6 +45,8 @@ FAMILY = Family(
     schema=TABLE.schema("messages", _SCHEMA_MESSAGES), error_body=error_body,
     error_schema=SCHEMA, headers=HEADERS, id_header=b"request-id", whole=True,
     credential=_x_api_key, client_variable="ANTHROPIC_BASE_URL",
+    saved_request=answer.saved_request, saved_answer=answer.saved_answer,
+    generations=answer.generations, models=models_body, claims=request.anthropic,
 )
 
 COUNT_TOKENS = Family(
@@ -51,5 +56,7 @@ COUNT_TOKENS = Family(
     aggregate=stream_in.aggregate, schema=COUNT_TABLE.schema("messages", _SCHEMA_MESSAGES),
     error_body=error_body, error_schema=SCHEMA, headers=HEADERS, id_header=b"request-id",
     whole=True, credential=_x_api_key, client_variable="ANTHROPIC_BASE_URL",
+    saved_request=answer.saved_request, saved_answer=answer.saved_count, models=models_body,
+    claims=request.anthropic, counts_tokens=True,
 )
 ALSO = (COUNT_TOKENS,)

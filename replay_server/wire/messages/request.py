@@ -1,7 +1,9 @@
-"""A Messages request (or a count_tokens one): the checks it must pass, its keyed prompt."""
+"""A Messages request (or a count_tokens one): the checks it must pass, its keyed prompt,
+and whether a request is Anthropic's at all."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ...errors import BadRequest
@@ -41,3 +43,10 @@ def count_prompts(request: dict[str, Any], previous: dict[str, Any] | None = Non
     if not isinstance(found, list):
         return None
     return [COUNT_TABLE.prompt(request, {"messages": COUNT_TABLE.normal("messages", found)})]
+
+
+def anthropic(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Whether a request is Anthropic's: it carries `anthropic-version`, as Anthropic's SDK
+    and every client of its API send. It tells the two APIs apart on the paths they share
+    (`GET /v1/models`) and on errors for no endpoint's request (an unknown route)."""
+    return any(name == b"anthropic-version" for name, _ in headers)

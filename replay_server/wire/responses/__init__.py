@@ -4,6 +4,8 @@
   keyed prompt (`keyed_input`) and the conversation a later turn continues (`previous_of`:
   a request with `previous_response_id` is keyed by what the saved response of that id
   holds, never by the id);
+- `answer.py`: what a usable saved response is (not failed, not saved before it was
+  done), and what makes two saved responses the same generation;
 - `stream_in.py`: a Responses SSE stream, fed as it arrives, -> the final response body
   (the `response` of `response.completed`, checked against the deltas), the event payloads
   and the raw frames (for a byte-faithful replay);
@@ -25,7 +27,7 @@ A Responses request has no `n`: one saved response answers it, whole.
 from ...paths import RESPONSES_PATH
 from ..family import Family
 from ..selection import encode
-from . import request, stream_in, stream_out
+from . import answer, request, stream_in, stream_out
 from .fields import KIND, TABLE
 
 FAMILY = Family(
@@ -34,6 +36,8 @@ FAMILY = Family(
     aggregator=stream_in.ResponsesStreamAggregator,
     aggregate=lambda stream: stream_in.aggregate(stream).response,
     chained=True, whole=True, previous_id=request.previous_id, previous_of=request.previous_of,
+    saved_request=answer.saved_request, saved_answer=answer.saved_answer,
+    generations=answer.generations,
     schema=TABLE.schema("input", {"input": {"anyOf": [
         {"type": "string"}, {"type": "array", "items": {"type": "object"}}]}}),
 )
