@@ -316,3 +316,21 @@ def test_the_docs_list_every_field_as_the_tables_classify_them() -> None:
     assert fields_table(CHAT_PATH, COMPLETION_PATH) in page
     assert fields_table(RESPONSES_PATH) in page
     assert tuple(FAMILIES) == ENDPOINTS
+
+
+def test_a_table_reads_every_request_through_its_form() -> None:
+    """A family whose API spells a field two ways (or nests fields of different roles)
+    gives its table the request's one form: the type check, the key and the sampling
+    parameters all read the request through it."""
+    def form(request: Any) -> dict[str, Any]:
+        return {("topP" if k == "top_p" else k): v for k, v in request.items()}
+
+    table = keys.Table("t", (keys.field("prompt", keys.KEY, "string", "the prompt"),
+                             keys.field("style", keys.KEY, "string", "what it emits"),
+                             keys.field("topP", keys.STRICT, "number", "sampling")),
+                       own=("prompt",), form=form)
+    with pytest.raises(BadRequest, match="`topP` must be a number"):
+        table.check({"prompt": "p", "top_p": "high"})
+    assert table.params({"top_p": 0.5}) == table.params({"topP": 0.5}) == b'{"topP":0.5}'
+    assert table.prompt({"style": "s", "top_p": 1}, {"prompt": "p"}) == {
+        "prompt": "p", "v": keys.KEY_VERSION, "kind": "t", "style": "s"}
