@@ -28,6 +28,11 @@ def _json(body: bytes) -> Response:
     return Response(body, media_type="application/json")
 
 
+def _asked(request: Request) -> tuple[list[tuple[bytes, bytes]], str, str]:
+    """What tells whose API a request is: its headers, path and query string."""
+    return request.scope["headers"], request.url.path, request.url.query
+
+
 @router.get("/health", summary="Liveness: 200 with an empty body once the index is loaded",
             response_class=Response, responses={200: {"description": "Loaded"}})
 async def health() -> Response:
@@ -37,7 +42,7 @@ async def health() -> Response:
 @router.get("/v1/models", summary="The saved models this server answers for (vLLM's shape; "
             "Anthropic's for a request with the `anthropic-version` header)")
 async def models(request: Request) -> Response:
-    return _json(_replayer(request).models_body(request.scope["headers"]))
+    return _json(_replayer(request).models_body(*_asked(request)))
 
 
 @router.get("/v1/responses/{response_id}",
