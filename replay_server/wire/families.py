@@ -10,7 +10,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ReplayServerError
-from . import chat, completions, messages, responses
+from . import chat, completions, gemini, messages, responses
 from .family import Family
 from .keys import markdown_table
 
@@ -32,6 +32,7 @@ FAMILIES: dict[str, Family] = _register(
     completions,
     responses,
     messages,
+    gemini,
 )
 ENDPOINTS = tuple(FAMILIES)
 """The replay endpoints: their answers are saved generations."""

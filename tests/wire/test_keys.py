@@ -236,6 +236,17 @@ PINNED: dict[str, tuple[str, dict[str, Any], list[str]]] = {  # name -> (endpoin
         "max_tokens": 64, "messages": [{"role": "user", "content": "Add 1 and 2."}],
         "mcp_servers": [{"type": "url", "name": "calc", "url": "https://mcp.example.com"}],
         "tool_choice": {"type": "any"}}, ["325e62b073f137c59866e20a0a6daf51"]),
+    "gemini": ("/v1beta/models/{model}:generateContent", {
+        "contents": [{"role": "user", "parts": [{"text": "What is 2+2?"}]},
+                     {"role": "model", "parts": [{"text": "4", "thought_signature": "YWJj-_8"}]},
+                     {"role": "user", "parts": [{"text": "And 3+3?"}]}],
+        "system_instruction": {"parts": [{"text": "Be brief."}]}, "tools": [],
+        "generation_config": {"temperature": 0, "thinking_config": {"include_thoughts": True},
+                              "response_mime_type": "text/plain"}},
+        ["71abdca7044be94d17585d2fd468337e"]),
+    "gemini_count": ("/v1beta/models/{model}:countTokens", {"generateContentRequest": {
+        "model": "models/m", "contents": [{"role": "user", "parts": [{"text": "What is 2+2?"}]}]}},
+        ["1d53f64cb1c455410869cb7b8f853f61"]),
 }
 
 
