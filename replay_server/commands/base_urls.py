@@ -4,9 +4,15 @@ variable set to the run's key.
 
 Anthropic's clients take the server's root (no /v1) and its key from ANTHROPIC_API_KEY
 (sent as `x-api-key`, which the replay accepts like a Bearer key). Google's SDK takes the
-root too (it adds the API version itself) and its key from GOOGLE_API_KEY (sent as
-`x-goog-api-key`); LiteLLM's `gemini/` models take the versioned root (`.../v1beta`, to
-which they append `models/M:generateContent`).
+root too (it adds the API version itself) and its key from GOOGLE_API_KEY, before
+GEMINI_API_KEY (sent as `x-goog-api-key`); LiteLLM's `gemini/` models take the versioned
+root (`.../v1beta`, to which they append `models/M:generateContent`).
+
+Google's SDK reads GOOGLE_VERTEX_BASE_URL for a client made with `vertexai=True` and
+GOOGLE_GEMINI_BASE_URL for any other, even one that GOOGLE_GENAI_USE_VERTEXAI turns to
+Vertex AI: both are set, so that no client of it leaves for Google's servers. The switch
+itself is left as the user set it: the replay serves Vertex AI's paths as the same
+endpoint, and the SDK then sends what it sent when the run was recorded.
 
 Harnesses take their server from different variables, and some read one before another
 (langchain-openai reads OPENAI_API_BASE before OPENAI_BASE_URL; camel-ai reads
@@ -90,8 +96,12 @@ VARIABLES: tuple[Variable, ...] = (
              "scripts built on the anthropic SDK that read their own (camel-ai's examples)"),
     # Google's Gemini API: its SDK appends the version and models/M:generateContent
     Variable("GOOGLE_GEMINI_BASE_URL", "root", "GOOGLE_API_KEY",
-             "the google-genai SDK (the Gemini Developer API) and what builds on it "
-             "(inspect_ai `google/`, after GOOGLE_BASE_URL)"),
+             "the google-genai SDK and what builds on it (inspect_ai `google/`, after "
+             "GOOGLE_BASE_URL); also with GOOGLE_GENAI_USE_VERTEXAI set (its key: "
+             "GOOGLE_API_KEY, else GEMINI_API_KEY)"),
+    Variable("GOOGLE_VERTEX_BASE_URL", "root", "VERTEX_API_KEY",
+             "the google-genai SDK's `Client(vertexai=True)`, inspect_ai `google/vertex/` "
+             "(its key: VERTEX_API_KEY)"),
     Variable("GOOGLE_BASE_URL", "root", "GOOGLE_API_KEY", "inspect_ai `google/`"),
     Variable("GEMINI_API_BASE", "v1beta", "GEMINI_API_KEY",
              "litellm `gemini/` (its key: GOOGLE_API_KEY, else GEMINI_API_KEY)"),
