@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 import logging
 from functools import partial
+from urllib.parse import parse_qsl
 
 from starlette.types import Message, Receive, Scope, Send
 
@@ -65,7 +66,8 @@ class ReplayEndpoint:
         reply = None
         query = scope.get("query_string", b"")
         try:
-            if self.api_key is not None and not authorized(scope["headers"], self.api_key):
+            if self.api_key is not None and not authorized(scope["headers"], query,
+                                                           self.api_key):
                 raise self._counted(unauthorized())
             self._check_length(scope["headers"])
             message: Message = await receive()
@@ -144,17 +146,26 @@ class ReplayEndpoint:
 def unauthorized() -> Unauthorized:
     return Unauthorized(
         "missing or wrong API key: send the header `Authorization: Bearer KEY` (or "
-        "Anthropic's `x-api-key: KEY`) with the key this server was started with "
-        "(--api-key or REPLAY_SERVER_API_KEY)")
+        "Anthropic's `x-api-key: KEY`, or Google's `x-goog-api-key: KEY` or `?key=KEY`) "
+        "with the key this server was started with (--api-key or REPLAY_SERVER_API_KEY)")
 
 
-def authorized(headers: list[tuple[bytes, bytes]], api_key: bytes) -> bool:
-    """Whether the first Authorization header is `Bearer KEY`, or, without one, the first
-    `x-api-key` header is `KEY` (how Anthropic's clients send it)."""
+# The headers whose value is the key itself: Anthropic's clients send it so, Google's too.
+_KEY_HEADERS = (b"x-api-key", b"x-goog-api-key")
+
+
+def authorized(headers: list[tuple[bytes, bytes]], query: bytes, api_key: bytes) -> bool:
+    """Whether the first credential the request carries is the key: the first
+    Authorization header (`Bearer KEY`); without one, the first `x-api-key` or
+    `x-goog-api-key` header (how Anthropic's and Google's clients send it); without any,
+    the query's `key` parameter (Google's REST form)."""
     key = None
     for name, value in headers:
         if name == b"authorization":
             return hmac.compare_digest(value, b"Bearer " + api_key)
-        if name == b"x-api-key" and key is None:
+        if name in _KEY_HEADERS and key is None:
             key = value
+    if key is None:
+        key = next((v.encode() for k, v in parse_qsl(query.decode("latin-1"))
+                    if k == "key"), None)
     return key is not None and hmac.compare_digest(key, api_key)
