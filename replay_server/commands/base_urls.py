@@ -96,12 +96,12 @@ VARIABLES: tuple[Variable, ...] = (
              "scripts built on the anthropic SDK that read their own (camel-ai's examples)"),
     # Google's Gemini API: its SDK appends the version and models/M:generateContent
     Variable("GOOGLE_GEMINI_BASE_URL", "root", "GOOGLE_API_KEY",
-             "the google-genai SDK and what builds on it (inspect_ai `google/`, after "
-             "GOOGLE_BASE_URL); also with GOOGLE_GENAI_USE_VERTEXAI set (its key: "
-             "GOOGLE_API_KEY, else GEMINI_API_KEY)"),
+             "the google-genai SDK (its key: GOOGLE_API_KEY, else GEMINI_API_KEY), also a "
+             "client that GOOGLE_GENAI_USE_VERTEXAI turns to Vertex AI, and what builds on "
+             "it (inspect_ai `google/`, after GOOGLE_BASE_URL)"),
     Variable("GOOGLE_VERTEX_BASE_URL", "root", "VERTEX_API_KEY",
-             "the google-genai SDK's `Client(vertexai=True)`, inspect_ai `google/vertex/` "
-             "(its key: VERTEX_API_KEY)"),
+             "the google-genai SDK's `Client(vertexai=True)`; inspect_ai `google/vertex/` "
+             "(before VERTEX_BASE_URL; its key: VERTEX_API_KEY)"),
     Variable("GOOGLE_BASE_URL", "root", "GOOGLE_API_KEY", "inspect_ai `google/`"),
     Variable("GEMINI_API_BASE", "v1beta", "GEMINI_API_KEY",
              "litellm `gemini/` (its key: GOOGLE_API_KEY, else GEMINI_API_KEY)"),
