@@ -1,10 +1,11 @@
 """`replay-server run` with scripts on Google's google-genai SDK: pointed at the replay by
 the variables `run` sets alone (no script names a server), the recorded session of
 tests/data/recorded/ replayed, and a changed prompt failing the run even when the script
-swallows the SDK's error. Every variable of Google's that `run` sets, and the SDK's switch
-to Vertex AI left as the user set it, reach the replay and nothing else: each run here
-has a dead proxy for anything but 127.0.0.1, so that a request that would leave the
-machine fails instead."""
+swallows the SDK's error; a Gemini judge the saved run lacks, forwarded to `--upstream`,
+saved, then replayed. Every variable of Google's that `run` sets, and the SDK's switch to
+Vertex AI left as the user set it, reach the replay and nothing else: each run here has a
+dead proxy for anything but 127.0.0.1, so that a request that would leave the machine
+fails instead."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.fakemodel.server import create_app as fake_model
+from tests.support import running
 
 pytestmark = [pytest.mark.http, pytest.mark.slow]
 ROOT = Path(__file__).parents[2]
@@ -106,3 +110,26 @@ def test_vertex_ai_by_project_from_the_environment_is_a_loud_miss() -> None:
                       "GOOGLE_CLOUD_LOCATION": "us-central1"})
     assert result.returncode == 3, result.stderr
     assert "HTTP 404 for POST /" in result.stderr
+
+
+def test_a_gemini_judge_is_forwarded_saved_and_then_replayed(tmp_path: Path) -> None:
+    """A model the saved run lacks goes to `--upstream` (in Google's path, with
+    `--upstream-api-key`), plain and streamed, and is saved; the next pass replays it."""
+    judge = str(tmp_path / "judge.jsonl")
+    asked = ask("What is 2 + 2?").pop() + """
+print("".join(c.text or "" for c in client.models.generate_content_stream(
+    model="gemini-judge", contents="What is 3 + 3?")))"""
+    asked = asked.replace('model="gemini-fake"', 'model="gemini-judge"')
+    with running(fake_model(["gemini-judge"])) as upstream:
+        first = run(sys.executable, "-c", asked, options=(
+            "--allow-unused", "--upstream", upstream.removesuffix("/v1"),
+            "--upstream-api-key", "judge-key", "--out", judge))
+    assert first.returncode == 0, first.stderr
+    assert "2 exchanges answered and saved" in first.stderr
+    assert "judge-key" not in Path(judge).read_text()
+    again = subprocess.run([sys.executable, "-m", "replay_server", "run", SAVED, judge,
+                            "--allow-unused", "--", sys.executable, "-c", asked],
+                           capture_output=True, text=True, cwd=ROOT, timeout=120,
+                           env=environment())
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout and REPLAYED in again.stderr
