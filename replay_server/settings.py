@@ -48,8 +48,10 @@ class Settings:
         DEFAULT_MAX_LINE, "Longest saved line read, in bytes; a longer one is a bad line "
         "(named with its file and line), never gigabytes of memory.")
     api_key: str | None = _setting(
-        None, "Require the header `Authorization: Bearer KEY` on every route but /health. "
-        "Prefer the environment variable: a command line is visible to other users.",
+        None, "Require the key on every route but /health: `Authorization: Bearer KEY`, "
+        "or where Anthropic's and Google's clients send it (`x-api-key`, `x-goog-api-key`, "
+        "`?key=`). Prefer the environment variable: a command line is visible to other "
+        "users.",
         metavar="KEY")
     max_body_size: int = _setting(
         DEFAULT_MAX_BODY, "Largest request body accepted, in bytes; larger ones get 413.")

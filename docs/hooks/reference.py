@@ -29,6 +29,8 @@ from replay_server.paths import (
     CHAT_PATH,
     COMPLETION_PATH,
     COUNT_TOKENS_PATH,
+    GEMINI_COUNT_PATH,
+    GEMINI_PATH,
     MESSAGES_PATH,
     RESPONSES_PATH,
 )
@@ -89,7 +91,12 @@ def field_tables() -> str:
     return (f"## Chat and completions\n\n{fields_table(CHAT_PATH, COMPLETION_PATH)}\n\n"
             f"## Responses API (`/v1/responses`)\n\n{fields_table(RESPONSES_PATH)}\n\n"
             "## Anthropic's Messages API (`/v1/messages`, `/v1/messages/count_tokens`)\n\n"
-            f"{fields_table(MESSAGES_PATH, COUNT_TOKENS_PATH)}")
+            f"{fields_table(MESSAGES_PATH, COUNT_TOKENS_PATH)}\n\n"
+            "## Google's Gemini API\n\n`models/{model}:generateContent` (and "
+            "`:streamGenerateContent`), `:countTokens`; each field by its camelCase name, "
+            "as the API reads its snake_case spelling too ([Gemini](../gemini.md#how-a-"
+            "request-is-matched)).\n\n"
+            f"{fields_table(GEMINI_PATH, GEMINI_COUNT_PATH)}")
 
 
 def tokenizer_fields() -> str:

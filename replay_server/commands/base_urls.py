@@ -3,7 +3,16 @@ document read, each pointed at the replay in the form its reader expects, with i
 variable set to the run's key.
 
 Anthropic's clients take the server's root (no /v1) and its key from ANTHROPIC_API_KEY
-(sent as `x-api-key`, which the replay accepts like a Bearer key).
+(sent as `x-api-key`, which the replay accepts like a Bearer key). Google's SDK takes the
+root too (it adds the API version itself) and its key from GOOGLE_API_KEY, before
+GEMINI_API_KEY (sent as `x-goog-api-key`); LiteLLM's `gemini/` models take the versioned
+root (`.../v1beta`, to which they append `models/M:generateContent`).
+
+Google's SDK reads GOOGLE_VERTEX_BASE_URL for a client made with `vertexai=True` and
+GOOGLE_GEMINI_BASE_URL for any other, even one that GOOGLE_GENAI_USE_VERTEXAI turns to
+Vertex AI: both are set, so that no client of it leaves for Google's servers. The switch
+itself is left as the user set it: the replay serves Vertex AI's paths as the same
+endpoint, and the SDK then sends what it sent when the run was recorded.
 
 Harnesses take their server from different variables, and some read one before another
 (langchain-openai reads OPENAI_API_BASE before OPENAI_BASE_URL; camel-ai reads
@@ -37,7 +46,7 @@ class Variable:
     alone), and who reads it."""
 
     name: str
-    form: Literal["v1", "root", "unset"]
+    form: Literal["v1", "root", "v1beta", "unset"]
     key: str | None
     readers: str
 
@@ -46,6 +55,8 @@ class Variable:
         URL."""
         if self.form == "unset":
             return None
+        if self.form == "v1beta":
+            return base_url.removesuffix("/v1") + "/v1beta"
         return base_url if self.form == "v1" else base_url.removesuffix("/v1")
 
 
@@ -83,6 +94,17 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("ANTHROPIC_API_BASE", "root", "ANTHROPIC_API_KEY", "litellm `anthropic/`"),
     Variable("ANTHROPIC_API_BASE_URL", "root", "ANTHROPIC_API_KEY",
              "scripts built on the anthropic SDK that read their own (camel-ai's examples)"),
+    # Google's Gemini API: its SDK appends the version and models/M:generateContent
+    Variable("GOOGLE_GEMINI_BASE_URL", "root", "GOOGLE_API_KEY",
+             "the google-genai SDK (its key: GOOGLE_API_KEY, else GEMINI_API_KEY), also a "
+             "client that GOOGLE_GENAI_USE_VERTEXAI turns to Vertex AI, and what builds on "
+             "it (inspect_ai `google/`, after GOOGLE_BASE_URL)"),
+    Variable("GOOGLE_VERTEX_BASE_URL", "root", "VERTEX_API_KEY",
+             "the google-genai SDK's `Client(vertexai=True)`; inspect_ai `google/vertex/` "
+             "(before VERTEX_BASE_URL; its key: VERTEX_API_KEY)"),
+    Variable("GOOGLE_BASE_URL", "root", "GOOGLE_API_KEY", "inspect_ai `google/`"),
+    Variable("GEMINI_API_BASE", "v1beta", "GEMINI_API_KEY",
+             "litellm `gemini/` (its key: GOOGLE_API_KEY, else GEMINI_API_KEY)"),
 )
 
 
@@ -122,7 +144,7 @@ def markdown_table() -> str:
     rows = ["| variable | set to | key variable set | read by |", "| --- | --- | --- | --- |"]
     for v in VARIABLES:
         form = {"v1": "`http://HOST:PORT/v1`", "root": "`http://HOST:PORT`",
-                "unset": "removed"}[v.form]
+                "v1beta": "`http://HOST:PORT/v1beta`", "unset": "removed"}[v.form]
         rows.append(f"| `{v.name}` | {form} | {f'`{v.key}`' if v.key else 'none'} | "
                     f"{v.readers} |")
     return "\n".join(rows)

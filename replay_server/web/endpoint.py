@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 import logging
 from functools import partial
+from urllib.parse import parse_qsl
 
 from starlette.types import Message, Receive, Scope, Send
 
@@ -51,8 +52,10 @@ class ReplayEndpoint:
                  api_key: bytes | None = None, upstream: Upstream | None = None) -> None:
         self.replayer = replayer
         self.endpoint = endpoint
-        # the family's own error body (a tokenizer endpoint's is vLLM's, the OpenAI one)
-        self.envelope = family_of(endpoint).error_body if endpoint in ENDPOINTS else None
+        # the family (a tokenizer endpoint has none), and its own error body (a tokenizer
+        # endpoint's is vLLM's, the OpenAI one)
+        self.family = family_of(endpoint) if endpoint in ENDPOINTS else None
+        self.envelope = self.family.error_body if self.family is not None else None
         self.tokenizer = endpoint in TOKENIZER_ENDPOINTS
         self.max_body = max_body
         self.api_key = api_key
@@ -61,8 +64,10 @@ class ReplayEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.replayer.stats.requests += 1
         reply = None
+        query = scope.get("query_string", b"")
         try:
-            if self.api_key is not None and not authorized(scope["headers"], self.api_key):
+            if self.api_key is not None and not authorized(scope["headers"], query,
+                                                           self.api_key):
                 raise self._counted(unauthorized())
             self._check_length(scope["headers"])
             message: Message = await receive()
@@ -74,14 +79,17 @@ class ReplayEndpoint:
                 body = message.get("body", b"")
             if len(body) > self.max_body:
                 raise self._counted(self.too_large(len(body)))
+            # the fields its path carries (Gemini's model; none at an exact path)
+            fields = self.family.fields_of(scope["path"], query.decode("latin-1")) \
+                if self.family is not None else None
             if self.upstream is not None and not self.tokenizer and (
-                    model := self.replayer.forwards(body)):
+                    model := self.replayer.forwards(body, fields)):
                 await self.upstream.forward(scope, receive, send, self.endpoint, body, model)
                 return
             if self.tokenizer:  # counts what it raises, apart
                 headers, data = self.replayer.tokenizer.answer(self.endpoint, body)
             else:  # (it counts what it raises)
-                reply = self.replayer.take(self.endpoint, body, scope["headers"])
+                reply = self.replayer.take(self.endpoint, body, scope["headers"], fields)
                 headers, data = reply.headers, reply.body
             status = 200
         except ReplayServerError as error:
@@ -138,17 +146,26 @@ class ReplayEndpoint:
 def unauthorized() -> Unauthorized:
     return Unauthorized(
         "missing or wrong API key: send the header `Authorization: Bearer KEY` (or "
-        "Anthropic's `x-api-key: KEY`) with the key this server was started with "
-        "(--api-key or REPLAY_SERVER_API_KEY)")
+        "Anthropic's `x-api-key: KEY`, or Google's `x-goog-api-key: KEY` or `?key=KEY`) "
+        "with the key this server was started with (--api-key or REPLAY_SERVER_API_KEY)")
 
 
-def authorized(headers: list[tuple[bytes, bytes]], api_key: bytes) -> bool:
-    """Whether the first Authorization header is `Bearer KEY`, or, without one, the first
-    `x-api-key` header is `KEY` (how Anthropic's clients send it)."""
+# The headers whose value is the key itself: Anthropic's clients send it so, Google's too.
+_KEY_HEADERS = (b"x-api-key", b"x-goog-api-key")
+
+
+def authorized(headers: list[tuple[bytes, bytes]], query: bytes, api_key: bytes) -> bool:
+    """Whether the first credential the request carries is the key: the first
+    Authorization header (`Bearer KEY`); without one, the first `x-api-key` or
+    `x-goog-api-key` header (how Anthropic's and Google's clients send it); without any,
+    the query's `key` parameter (Google's REST form)."""
     key = None
     for name, value in headers:
         if name == b"authorization":
             return hmac.compare_digest(value, b"Bearer " + api_key)
-        if name == b"x-api-key" and key is None:
+        if name in _KEY_HEADERS and key is None:
             key = value
+    if key is None:
+        key = next((v.encode() for k, v in parse_qsl(query.decode("latin-1"))
+                    if k == "key"), None)
     return key is not None and hmac.compare_digest(key, api_key)

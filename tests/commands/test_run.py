@@ -333,7 +333,8 @@ def test_every_base_url_variable_points_at_the_replay_whatever_it_held() -> None
     seen = json.loads(result.stdout)
     url = seen["OPENAI_BASE_URL"]
     assert url.startswith("http://127.0.0.1:") and url.endswith("/v1") and ":9/" not in url
-    forms = {"v1": url, "root": url.removesuffix("/v1"), "unset": None}
+    forms = {"v1": url, "root": url.removesuffix("/v1"),
+             "v1beta": url.removesuffix("/v1") + "/v1beta", "unset": None}
     for variable in VARIABLES:
         assert seen.get(variable.name) == forms[variable.form]
         if variable.key:

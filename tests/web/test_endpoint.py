@@ -1,20 +1,26 @@
 """A replay endpoint receives its body as ASGI messages: in one message or several, over
-the size limit without a Content-Length, or cut short by a client that leaves."""
+the size limit without a Content-Length, or cut short by a client that leaves; and under
+--api-key, a key where each API's clients send it (Google's: `x-goog-api-key`, `?key=`)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
+from google import genai
+from google.genai import errors, types
 from starlette.types import Message
 
 from replay_server.index.loading import load
 from replay_server.paths import CHAT_PATH
 from replay_server.settings import Settings
 from replay_server.web.app import create_app
+from tests.support import build, gemini_contents, gemini_record, gemini_response, running
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo-run.jsonl"
 
@@ -75,3 +81,47 @@ def test_a_client_that_leaves_mid_body_gets_nothing(first: bool) -> None:
         {"type": "http.request", "body": b"{", "more_body": True}]
     sent, stats = _asgi([*start, leave], [])
     assert sent == [] and stats.requests == 1 and not stats.rejected
+
+
+GEMINI = "gemini-saved"
+GEMINI_ASK = {"contents": gemini_contents("What is 2 + 2?")}
+
+
+@pytest.fixture(scope="module")
+def keyed() -> Iterator[str]:
+    """A server started with --api-key, one Gemini answer saved: its root URL."""
+    records = [gemini_record("What is 2 + 2?", gemini_response("4"), model=GEMINI)]
+    with running(create_app(Settings(api_key="s3cret"), build(records))) as url:
+        yield url.removesuffix("/v1")
+
+
+def google(root: str, key: str) -> genai.Client:
+    return genai.Client(api_key=key, http_options=types.HttpOptions(base_url=root))
+
+
+@pytest.mark.http
+def test_googles_clients_are_let_in_by_the_key_where_they_send_it(keyed: str) -> None:
+    """google-genai sends the key as `x-goog-api-key`; a REST client may send `?key=`."""
+    with google(keyed, "s3cret") as client:
+        assert client.models.generate_content(model=GEMINI, contents="What is 2 + 2?").text \
+            == "4"
+        assert [m.name for m in client.models.list()] == [f"models/{GEMINI}"]
+    path = f"{keyed}/v1beta/models/{GEMINI}:generateContent"
+    assert httpx.post(f"{path}?key=s3cret", json=GEMINI_ASK).status_code == 200
+    assert httpx.get(f"{keyed}/v1beta/models?key=s3cret").status_code == 200
+
+
+@pytest.mark.http
+def test_a_wrong_google_key_is_a_401_in_googles_envelope(keyed: str) -> None:
+    with google(keyed, "wrong") as client, pytest.raises(errors.ClientError) as e:
+        client.models.generate_content(model=GEMINI, contents="What is 2 + 2?")
+    assert (e.value.code, e.value.status) == (401, "UNAUTHENTICATED")
+    assert e.value.message and "`x-goog-api-key: KEY`" in e.value.message
+    path = f"{keyed}/v1beta/models/{GEMINI}:generateContent"
+    for refused in (httpx.post(f"{path}?key=wrong", json=GEMINI_ASK),
+                    httpx.post(path, json=GEMINI_ASK),  # no key at all
+                    # the first credential decides: a header before the query
+                    httpx.post(f"{path}?key=s3cret", json=GEMINI_ASK,
+                               headers={"x-goog-api-key": "wrong"})):
+        assert refused.status_code == 401
+        assert refused.json()["error"]["status"] == "UNAUTHENTICATED"

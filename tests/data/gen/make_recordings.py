@@ -5,6 +5,8 @@ a deepeval GEval session).
 
     .venv/bin/python tests/data/gen/make_recordings.py    # the project's venv, with the
                                                           # harness extra (make test's)
+    .venv/bin/python tests/data/gen/make_recordings.py docs/recipes/google-genai.md
+                                                          # only that page's recordings
 
 Each recording is made from the very block of docs/ that rescores it (the blocks that
 tests/test_recipes.py runs as pasted), so that the two cannot drift apart. The block's
@@ -42,8 +44,10 @@ from tests.harnesses.commands import BIN, DEEPEVAL, REPLAY, offline_env, service
 from tests.support import runnable_blocks, running, venv_python  # noqa: E402
 
 RECORDED = "tests/data/recorded/"
-PAGES = ["docs/recipes/responses-clients.md", "docs/anthropic.md", "docs/judges.md"]
-MODELS = ["tiny-model", "claude-fake", "judge-model"]  # what the blocks ask the fake model
+PAGES = ["docs/recipes/responses-clients.md", "docs/anthropic.md",
+         "docs/recipes/google-genai.md", "docs/judges.md"]
+# what the blocks ask the fake model
+MODELS = ["tiny-model", "claude-fake", "gemini-fake", "judge-model"]
 
 
 def command_line(block: str) -> list[str]:
@@ -86,18 +90,21 @@ def deepeval(fake: str, here: Path) -> None:
     assert done.returncode == 0, f"deepeval: exit status {done.returncode}"
 
 
-def main() -> None:
+def main(pages: list[str]) -> None:
+    """Record the blocks of `pages` (of PAGES; none named: every page, and deepeval's)."""
+    assert set(pages) <= set(PAGES), f"not a page of recordings: {set(pages) - set(PAGES)}"
     with tempfile.TemporaryDirectory() as tmp, running(fake_model(MODELS)) as fake:
         here = Path(tmp)
         for folder in ("tests", "examples"):  # the blocks' paths, from the repository's root
             (here / folder).symlink_to(REPO / folder)
-        for page in PAGES:
+        for page in pages or PAGES:
             for block in runnable_blocks(REPO / page):
                 if RECORDED in block:
                     record(command_line(block), fake, here)
                     print(f"{page}: recorded {block.split(RECORDED)[1].split()[0]}")
-        deepeval(fake, here)
+        if not pages:
+            deepeval(fake, here)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
