@@ -7,7 +7,7 @@ alike:
    (`system_instruction`, `max_output_tokens`, `function_call`) as its camelCase name, at
    any depth of its own objects, never inside a value the client wrote (a function call's
    `args`, a function response's `response`, a JSON Schema, `labels`) nor a schema's
-   property names;
+   property names and the values it holds (`example`, `default`);
 2. each field of `generationConfig` a field of its own (`generationConfig.temperature`),
    since they differ in role: the answer's form (its MIME type, schema, thinking,
    modalities) is keyed, the sampling parameters are compared under `--strict` only;
@@ -56,6 +56,8 @@ def camel(name: str) -> str:
 _WRITTEN = frozenset({"args", "response", "partMetadata", "parametersJsonSchema",
                       "responseJsonSchema", "labels"})
 _SCHEMAS = frozenset({"parameters", "responseSchema"})
+# A schema's fields that hold a value the client wrote (an object's field names included).
+_SCHEMA_VALUES = frozenset({"example", "default"})
 
 
 def spelled(value: Any) -> Any:
@@ -90,7 +92,8 @@ def _blob(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def schema(value: Any) -> Any:
-    """A Schema object in camelCase, its properties' names as written."""
+    """A Schema object in camelCase, its properties' names and the values it holds
+    (`example`, `default`) as written."""
     if isinstance(value, list):
         return [schema(v) for v in value]
     if not isinstance(value, dict):
@@ -100,6 +103,8 @@ def schema(value: Any) -> Any:
         name = camel(key)
         if name == "properties" and isinstance(item, dict):
             out[name] = {k: schema(v) for k, v in item.items()}
+        elif name in _SCHEMA_VALUES:
+            out[name] = item
         elif name not in out:
             out[name] = schema(item)
     return out
@@ -158,11 +163,17 @@ PROMPT_FIELDS = (
     field("tools", KEY, "array", "tool declarations are rendered into the prompt",
           unset=([],), form=spelled),
     field("cachedContent", KEY, "string", "a cached prefix of the conversation, by name"),
+    field("continuationToken", KEY, "string", "resumes an answer that stopped with "
+          "`CONTINUATION`: the rest of that one, not a fresh answer"),
     # --- what the model may emit
     field("toolConfig", KEY, "object", "forces, forbids or allows a function call "
           "(dropped when no `tools` are given)", unset=({},), form=spelled, needs=_TOOLS),
     field("safetySettings", KEY, "array", "which answers are blocked", unset=([],),
           form=spelled),
+    field("modelArmorConfig", KEY, "object", "Vertex AI: which prompts and answers Model "
+          "Armor sanitizes or blocks", form=spelled),
+    field("outputConfig", KEY, "object", "Vertex AI: generated media written to storage, "
+          "answered as file URIs instead of inline bytes", form=spelled),
     _config("responseMimeType", KEY, "string", "the answer's format (JSON mode)",
             unset=("text/plain",)),
     _config("responseSchema", KEY, "object", "the schema the answer follows",
@@ -181,6 +192,10 @@ PROMPT_FIELDS = (
     _config("enableEnhancedCivicAnswers", KEY, "boolean", "changes answers on civic topics",
             unset=(False,)),
     _config("routingConfig", KEY, "object", "Vertex AI: which model answers", form=spelled),
+    _config("modelConfig", KEY, "object", "Vertex AI: which model answers (its feature "
+            "selection preference)", form=spelled),
+    _config("audioTranscriptionConfig", KEY, "object", "asks for a transcription of the "
+            "audio as well", form=spelled),
     # --- how the model samples, and where it stops: compared with --strict
     _config("temperature", STRICT, "number", "sampling temperature"),
     _config("topP", STRICT, "number", "nucleus sampling"),
@@ -202,6 +217,9 @@ PROMPT_FIELDS = (
     field(CONFIG, IGNORED, "object", "its fields are the `generationConfig.*` rows, each "
           "classified (snake_case spellings read as camelCase)"),
     field("labels", IGNORED, "object", "bookkeeping: billing labels (Vertex AI)"),
+    field("serviceTier", IGNORED, "string", "transport: the serving tier (latency and "
+          "price), the same model"),
+    field("store", IGNORED, "boolean", "bookkeeping: whether Google logs the request"),
 )
 
 FIELDS = (

@@ -128,6 +128,49 @@ def test_a_change_to_what_the_model_sees_or_emits_changes_the_key(edit: Any) -> 
     assert key(changed(edit)) != BASE
 
 
+SCHEMA_VALUES: Any = {"type": "OBJECT", "properties": {"max_value": {"type": "NUMBER"}},
+                     "example": {"max_value": 1}, "default": {"max_value": 2}}
+
+
+@pytest.mark.parametrize("edit", [
+    lambda b: b.update(continuationToken="Y29udGludWU="),
+    lambda b: b.update(modelArmorConfig={"promptTemplateName": "projects/p/templates/t"}),
+    lambda b: b.update(outputConfig={"outputUriPrefix": "gs://bucket/out/"}),
+    lambda b: b["generationConfig"].update(audioTranscriptionConfig={}),
+    lambda b: b["generationConfig"].update(
+        modelConfig={"featureSelectionPreference": "PRIORITIZE_QUALITY"}),
+], ids=["continuation", "model-armor", "output-config", "transcription", "model-selection"])
+def test_the_sdks_other_fields_that_change_the_answer_are_keyed(edit: Any) -> None:
+    """The fields google-genai sends beyond the usual ones (GenerateContentConfig's
+    `continuation_token`, `model_armor_config`, `generation_output_config`,
+    `audio_transcription_config`, `model_selection_config`) change the answer: a table
+    without them compared them under --strict alone, and served a fresh answer to a
+    request that resumes another."""
+    assert key(changed(edit)) != BASE
+
+
+def test_the_sdks_bookkeeping_fields_are_ignored_even_under_strict() -> None:
+    body = changed(lambda b: b.update(serviceTier="flex", store=False))
+    assert key(body) == BASE and params(body) == params(CAMEL)
+
+
+@pytest.mark.parametrize("where", ["responseSchema", "parameters"])
+def test_values_a_schema_holds_are_kept_as_written(where: str) -> None:
+    """A schema's `example` and `default` are values the client wrote (their field names
+    too): `max_value` there is no field of the API's to spell as `maxValue`."""
+    def put(schema: Any) -> Any:
+        if where == "parameters":
+            return {**CAMEL, "tools": [{"functionDeclarations": [
+                {"name": "calc", "parameters": schema}]}]}
+        return {**CAMEL, "generationConfig": {**CAMEL["generationConfig"],
+                                              "responseSchema": schema}}
+    renamed = orjson.loads(orjson.dumps(SCHEMA_VALUES).replace(b'"max_value":1',
+                                                                 b'"maxValue":1'))
+    assert key(put(renamed)) != key(put(SCHEMA_VALUES))
+    snake = {**SCHEMA_VALUES, "property_ordering": ["max_value"]}
+    assert key(put(snake)) == key(put({**SCHEMA_VALUES, "propertyOrdering": ["max_value"]}))
+
+
 def test_the_tool_config_means_nothing_without_tools() -> None:
     plain: Any = {"contents": CAMEL["contents"][:1]}
     assert key({**plain, "toolConfig": {"functionCallingConfig": {"mode": "ANY"}}}) == key(plain)
