@@ -6,8 +6,9 @@ alike:
 1. every field name in camelCase: the API reads a field spelled in snake_case
    (`system_instruction`, `max_output_tokens`, `function_call`) as its camelCase name, at
    any depth of its own objects, never inside a value the client wrote (a function call's
-   `args`, a function response's `response`, a JSON Schema, `labels`) nor a schema's
-   property names and the values it holds (`example`, `default`);
+   `args`, a function response's `response`, a JSON Schema, `labels`, a tool's
+   `customConfigs` and `headers`) nor a schema's property and definition names and the
+   values it holds (`example`, `default`);
 2. each field of `generationConfig` a field of its own (`generationConfig.temperature`),
    since they differ in role: the answer's form (its MIME type, schema, thinking,
    modalities) is keyed, the sampling parameters are compared under `--strict` only;
@@ -54,10 +55,12 @@ def camel(name: str) -> str:
 # them; and the fields that hold a schema (its field names spelled, its property names
 # kept, then kept exactly).
 _WRITTEN = frozenset({"args", "response", "partMetadata", "parametersJsonSchema",
-                      "responseJsonSchema", "labels"})
+                      "responseJsonSchema", "labels", "customConfigs", "headers"})
 _SCHEMAS = frozenset({"parameters", "responseSchema"})
-# A schema's fields that hold a value the client wrote (an object's field names included).
+# A schema's fields that hold a value the client wrote (an object's field names included),
+# and those that hold schemas by names the client chose.
 _SCHEMA_VALUES = frozenset({"example", "default"})
+_NAMED = frozenset({"properties", "defs"})
 
 
 def spelled(value: Any) -> Any:
@@ -92,8 +95,8 @@ def _blob(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def schema(value: Any) -> Any:
-    """A Schema object in camelCase, its properties' names and the values it holds
-    (`example`, `default`) as written."""
+    """A Schema object in camelCase, its properties' and definitions' names and the
+    values it holds (`example`, `default`) as written."""
     if isinstance(value, list):
         return [schema(v) for v in value]
     if not isinstance(value, dict):
@@ -101,7 +104,7 @@ def schema(value: Any) -> Any:
     out: dict[str, Any] = {}
     for key, item in value.items():
         name = camel(key)
-        if name == "properties" and isinstance(item, dict):
+        if name in _NAMED and isinstance(item, dict):
             out[name] = {k: schema(v) for k, v in item.items()}
         elif name in _SCHEMA_VALUES:
             out[name] = item

@@ -171,6 +171,21 @@ def test_values_a_schema_holds_are_kept_as_written(where: str) -> None:
     assert key(put(snake)) == key(put({**SCHEMA_VALUES, "propertyOrdering": ["max_value"]}))
 
 
+@pytest.mark.parametrize("tool", [
+    {"functionDeclarations": [{"name": "calc", "parameters": {
+        "type": "OBJECT", "defs": {"max_value": {"type": "NUMBER"}}}}]},
+    {"exaAiSearch": {"customConfigs": {"max_value": 1}}},
+    {"mcpServers": [{"name": "m", "streamableHttpTransport": {
+        "url": "http://127.0.0.1:1/mcp", "headers": {"x_tenant": "a"}}}]},
+], ids=["schema-defs", "custom-configs", "mcp-headers"])
+def test_names_the_client_chose_in_tools_are_kept_as_written(tool: Any) -> None:
+    """A schema's `defs` are named by the client, as its `properties` are; a search
+    tool's `customConfigs` and an MCP server's `headers` are the client's own objects."""
+    renamed = orjson.loads(orjson.dumps(tool).replace(b'"max_value"', b'"maxValue"')
+                           .replace(b'"x_tenant"', b'"xTenant"'))
+    assert key({**CAMEL, "tools": [renamed]}) != key({**CAMEL, "tools": [tool]})
+
+
 def test_the_tool_config_means_nothing_without_tools() -> None:
     plain: Any = {"contents": CAMEL["contents"][:1]}
     assert key({**plain, "toolConfig": {"functionCallingConfig": {"mode": "ANY"}}}) == key(plain)
