@@ -8,7 +8,9 @@ alike:
    any depth of its own objects, never inside a value the client wrote (a function call's
    `args`, a function response's `response`, a JSON Schema, `labels`, a tool's
    `customConfigs` and `headers`) nor a schema's property and definition names and the
-   values it holds (`example`, `default`);
+   values it holds (`example`, `default`); an object that spells a field both ways
+   keeps its names as written (which one the API reads cannot be told: neither is left
+   out of the key; a request's top-level fields and `generationConfig`'s are refused so);
 2. each field of `generationConfig` a field of its own (`generationConfig.temperature`),
    since they differ in role: the answer's form (its MIME type, schema, thinking,
    modalities) is keyed, the sampling parameters are compared under `--strict` only;
@@ -71,9 +73,9 @@ def spelled(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     out: dict[str, Any] = {}
-    for key, item in value.items():
-        name = camel(key)
-        if item is None or name in out:
+    for key, name in _renamed(value).items():
+        item = value[key]
+        if item is None:
             continue
         if name in _WRITTEN:
             out[name] = verbatim(item)
@@ -102,15 +104,23 @@ def schema(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     out: dict[str, Any] = {}
-    for key, item in value.items():
-        name = camel(key)
+    for key, name in _renamed(value).items():
+        item = value[key]
         if name in _NAMED and isinstance(item, dict):
             out[name] = {k: schema(v) for k, v in item.items()}
         elif name in _SCHEMA_VALUES:
             out[name] = item
-        elif name not in out:
+        elif item is not None or name not in out:  # (null is unset: never over a value)
             out[name] = schema(item)
     return out
+
+
+def _renamed(value: dict[str, Any]) -> dict[str, str]:
+    """Each field's name in camelCase; each as written in an object that spells a field
+    both ways (which one the API reads cannot be told: neither is left out of the key)."""
+    names = {key: camel(key) for key in value}
+    spelled = [names[k] for k, v in value.items() if v is not None]
+    return names if len(set(spelled)) == len(spelled) else {k: k for k in value}
 
 
 def standard_base64(text: str) -> str:

@@ -186,6 +186,21 @@ def test_names_the_client_chose_in_tools_are_kept_as_written(tool: Any) -> None:
     assert key({**CAMEL, "tools": [renamed]}) != key({**CAMEL, "tools": [tool]})
 
 
+@pytest.mark.parametrize("both", [
+    lambda other: {"contents": [{"role": "user", "parts": [
+        {"inline_data": {"mimeType": "image/png", "data": "iVBO"},
+         "inlineData": {"mimeType": "image/png", "data": other}}]}]},
+    lambda other: {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                   "generationConfig": {"responseSchema": {
+                       "type": "STRING", "max_length": "4", "maxLength": other}}},
+], ids=["part", "schema"])
+def test_a_field_spelled_both_ways_inside_an_object_is_never_dropped(both: Any) -> None:
+    """A part (or a schema) that spells one field both ways: which one the API reads
+    cannot be told, so neither is left out of the key; two such requests that differ in
+    either spelling key apart."""
+    assert key(both("AAAA")) != key(both("BBBB"))
+
+
 def test_the_tool_config_means_nothing_without_tools() -> None:
     plain: Any = {"contents": CAMEL["contents"][:1]}
     assert key({**plain, "toolConfig": {"functionCallingConfig": {"mode": "ANY"}}}) == key(plain)
