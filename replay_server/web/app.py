@@ -108,8 +108,7 @@ class ReplayApp(FastAPI):
             await endpoint(scope, receive, send)
             return
         if self.api_key is not None and scope["path"] not in UNGUARDED \
-                and not authorized(scope["headers"], scope.get("query_string", b""),
-                                   self.api_key):
+                and not authorized(scope["headers"], self.api_key):
             error = unauthorized()
             if _counted(scope):
                 self.replayer.stats.requests += 1

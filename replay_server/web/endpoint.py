@@ -13,7 +13,6 @@ from __future__ import annotations
 import hmac
 import logging
 from functools import partial
-from urllib.parse import parse_qsl
 
 from starlette.types import Message, Receive, Scope, Send
 
@@ -21,7 +20,7 @@ from .. import errors
 from ..errors import BadRequest, PayloadTooLarge, ReplayServerError, Unauthorized
 from ..paths import TOKENIZER_ENDPOINTS
 from ..replay.replayer import Replayer
-from ..wire.families import ENDPOINTS, FAMILIES, family_of
+from ..wire.families import ENDPOINTS, family_of
 from .upstream import Upstream
 from .writes import when_sent
 
@@ -66,8 +65,7 @@ class ReplayEndpoint:
         reply = None
         query = scope.get("query_string", b"")
         try:
-            if self.api_key is not None and not authorized(scope["headers"], query,
-                                                           self.api_key):
+            if self.api_key is not None and not authorized(scope["headers"], self.api_key):
                 raise self._counted(unauthorized())
             self._check_length(scope["headers"])
             message: Message = await receive()
@@ -146,28 +144,17 @@ class ReplayEndpoint:
 def unauthorized() -> Unauthorized:
     return Unauthorized(
         "missing or wrong API key: send the header `Authorization: Bearer KEY` (or "
-        "Anthropic's `x-api-key: KEY`, Google's `x-goog-api-key: KEY` or `?key=KEY`) with "
-        "the key this server was started with (--api-key or REPLAY_SERVER_API_KEY)")
+        "Anthropic's `x-api-key: KEY`) with the key this server was started with "
+        "(--api-key or REPLAY_SERVER_API_KEY)")
 
 
-# The headers an API's own clients send a key in, besides `Authorization` (each family's
-# `credential`: Anthropic's `x-api-key`, Google's `x-goog-api-key`).
-KEY_HEADERS = frozenset(f.credential("")[0].encode() for f in FAMILIES.values()) - {
-    b"authorization"}
-KEY_PARAMETER = "key"  # Google's clients may send their key in the query string instead
-
-
-def authorized(headers: list[tuple[bytes, bytes]], query: bytes, api_key: bytes) -> bool:
-    """Whether the first Authorization header is `Bearer KEY`; or, without one, the first
-    header of `KEY_HEADERS` is `KEY`; or, without either, the query's `key` parameter is
-    (where Google's clients may send it)."""
+def authorized(headers: list[tuple[bytes, bytes]], api_key: bytes) -> bool:
+    """Whether the first Authorization header is `Bearer KEY`, or, without one, the first
+    `x-api-key` header is `KEY` (how Anthropic's clients send it)."""
     key = None
     for name, value in headers:
         if name == b"authorization":
             return hmac.compare_digest(value, b"Bearer " + api_key)
-        if name in KEY_HEADERS and key is None:
+        if name == b"x-api-key" and key is None:
             key = value
-    if key is None and query:
-        pairs = parse_qsl(query.decode("latin-1"), encoding="latin-1")
-        key = next((v.encode("latin-1") for k, v in pairs if k == KEY_PARAMETER), None)
     return key is not None and hmac.compare_digest(key, api_key)
