@@ -139,10 +139,10 @@ def request_form(request: Mapping[str, Any]) -> dict[str, Any]:
     own (`generationConfig.NAME`); countTokens' `generateContentRequest` unwrapped (its
     `model` is the path's). A field the request spells both ways is read as its last
     spelling (`request.check` refuses such a request, and a saved one)."""
-    wrapped = request.get(WRAPPED)
-    if isinstance(wrapped, dict) and "contents" not in request:
-        request = {**{k: v for k, v in wrapped.items() if k != "model"},
-                   **{k: v for k, v in request.items() if k != WRAPPED}}
+    sent_as, inner = wrapped(request)
+    if isinstance(inner, dict) and "contents" not in request:
+        request = {**{k: v for k, v in inner.items() if k != "model"},
+                   **{k: v for k, v in request.items() if k != sent_as}}
     out: dict[str, Any] = {}
     for key, value in request.items():
         name = _known(key)
@@ -153,6 +153,15 @@ def request_form(request: Mapping[str, Any]) -> dict[str, Any]:
         elif value is not None:  # (null is unset: never over the other spelling's value)
             out[name] = value
     return out
+
+
+def wrapped(request: Mapping[str, Any]) -> tuple[str | None, Any]:
+    """countTokens' whole request (`generateContentRequest`, in either spelling): the name
+    it is sent by and its value; (None, None) when there is none."""
+    for name, value in request.items():
+        if value is not None and camel(name) == WRAPPED:
+            return name, value
+    return None, None
 
 
 def contents(value: Any) -> Any:

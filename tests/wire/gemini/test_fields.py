@@ -209,7 +209,8 @@ def test_the_tool_config_means_nothing_without_tools() -> None:
 def test_a_count_keys_its_prompt_wrapped_or_not_apart_from_an_answer() -> None:
     plain = {"contents": CAMEL["contents"]}
     wrapped = {"generateContentRequest": {"model": "models/gemini-2.5-flash", **plain}}
-    assert key(plain, GEMINI_COUNT_PATH) == key(wrapped, GEMINI_COUNT_PATH)
+    assert key(plain, GEMINI_COUNT_PATH) == key(wrapped, GEMINI_COUNT_PATH) == key(
+        {"generate_content_request": wrapped["generateContentRequest"]}, GEMINI_COUNT_PATH)
     assert key(plain, GEMINI_COUNT_PATH) != key(plain)
     prompt = family_of(GEMINI_COUNT_PATH).prompts(wrapped, None)
     assert prompt is not None and prompt[0]["kind"] == "gemini_count"
