@@ -24,6 +24,8 @@ Then the key's own normal forms (`parts`, `tools`, `schema`), besides the engine
    `safetySettings: []`, `thinkingConfig: {}`, `stopSequences: []` and
    `responseMimeType: "text/plain"` (the API's default) are unset; `toolConfig` means
    nothing without `tools`.
+6. a function call's `id` (and its response's) by the order the ids first appear
+   (`call_ids`): clients make them up.
 Not normalised: thought signatures' bytes, a function call's `args` and a schema (kept
 exactly, key order included), roles, part order, and any text.
 """
@@ -165,7 +167,36 @@ def wrapped(request: Mapping[str, Any]) -> tuple[str | None, Any]:
 
 
 def contents(value: Any) -> Any:
-    return spelled(value)
+    """The conversation in the one form, its function calls' ids numbered (`call_ids`)."""
+    return call_ids(spelled(value))
+
+
+_CALLS = ("functionCall", "functionResponse")
+
+
+def call_ids(turns: Any) -> Any:
+    """The conversation with each function call's `id` (and the `id` of the response that
+    answers it) replaced by its number in order of first appearance: the API sends calls
+    without ids and clients make up random ones (inspect_ai: `NAME_<uuid>`) that they
+    send back next turn, so a rescoring run's ids are never the original's. Which
+    response answers which call stays in the key; the names do not."""
+    numbers: dict[str, str] = {}
+
+    def numbered(part: Any) -> Any:
+        if not isinstance(part, dict):
+            return part
+        out = dict(part)
+        for name in _CALLS:
+            call = part.get(name)
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                out[name] = {**call, "id": numbers.setdefault(call["id"], f"#{len(numbers)}")}
+        return out
+
+    if not isinstance(turns, list):
+        return turns
+    return [{**turn, "parts": [numbered(p) for p in turn["parts"]]}
+            if isinstance(turn, dict) and isinstance(turn.get("parts"), list) else turn
+            for turn in turns]
 
 
 # Every field that gives the model tools: `toolConfig` acts on them.

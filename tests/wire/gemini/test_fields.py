@@ -235,3 +235,31 @@ def test_a_mistyped_field_is_a_400_naming_it_in_its_one_spelling(body: dict[str,
     with pytest.raises(BadRequest) as caught:
         key(body)
     assert caught.value.param == param and f"`{param}` must be" in caught.value.message
+
+
+def _with_call_ids(call: str, answer: str, *, second: tuple[str, str] | None = None
+                   ) -> dict[str, Any]:
+    """CAMEL with its function call and response given ids (and a second pair)."""
+    body = changed(lambda b: None)
+    body["contents"][1]["parts"][0]["functionCall"]["id"] = call
+    body["contents"][2]["parts"][0]["functionResponse"]["id"] = answer
+    if second is not None:
+        body["contents"][1]["parts"].append({"functionCall": {
+            "name": "calc", "args": {"a": 1}, "id": second[0]}})
+        body["contents"][2]["parts"].append({"functionResponse": {
+            "name": "calc", "response": {"result_value": 1}, "id": second[1]}})
+    return body
+
+
+def test_function_call_ids_key_by_which_answers_which_not_by_their_names() -> None:
+    """The API sends function calls without ids, and clients make up their own, random
+    ones (inspect_ai: `calc_<uuid>`) that they send back next turn: a rescoring run's ids
+    are never the original's. The key holds which response answers which call, not the
+    names."""
+    original = key(_with_call_ids("calc_1f3a", "calc_1f3a", second=("calc_9b2c", "calc_9b2c")))
+    assert key(_with_call_ids("calc_77de", "calc_77de", second=("calc_0a1b", "calc_0a1b"))) \
+        == original
+    crossed = key(_with_call_ids("calc_77de", "calc_0a1b", second=("calc_0a1b", "calc_77de")))
+    assert crossed != original  # the responses answer the other calls
+    assert key(_with_call_ids("a", "a")) != BASE  # ids given, or none
+    assert key(_with_call_ids("a", "b")) != key(_with_call_ids("a", "a"))
