@@ -161,7 +161,11 @@ class Replayer:
         if request.stream and len(sent) == 1:
             sent[0] = streamed(chosen[0][0], sent[0], self.rules.strict,
                                request.family.generations)
-        reply = self._reply(request, sent)
+        try:
+            reply = self._reply(request, sent)
+        except ReplayError as error:  # (samples the family cannot make one answer of)
+            self.count(run.name, request.endpoint, error, request.model)
+            raise
         # The request is answered: nothing can fail from here on.
         cursors = self.cursors
         for cursor_key, place in places:

@@ -51,6 +51,9 @@ async def models(request: Request) -> Response:
 @router.get("/{version}/models", summary="Google's list of the saved models (under "
             "`v1beta`, `v1alpha`, `v1beta1`)", openapi_extra=_GOOGLE_ERRORS,
             responses={404: {"description": "No such version"}})
+@router.get("/{version}/publishers/google/models", summary="Google's list of the saved "
+            "models, where Vertex AI's clients ask for it", openapi_extra=_GOOGLE_ERRORS,
+            responses={404: {"description": "No such version"}})
 async def versioned_models(request: Request, version: str) -> Response:
     return _json(_replayer(request).models_body(*_asked(request)))
 
@@ -59,6 +62,14 @@ async def versioned_models(request: Request, version: str) -> Response:
             "Google's shape (for a request of Google's API)", openapi_extra=_GOOGLE_ERRORS,
             responses={404: {"description": "No saved model of this name, or not a request "
                              "of Google's API"}})
+@router.get("/{version}/publishers/google/models/{model:path}", summary="A saved model by "
+            "its name, in Google's shape, where Vertex AI's clients ask for it",
+            openapi_extra=_GOOGLE_ERRORS, responses={404: {"description": "No saved model "
+                                                           "of this name"}})
+@router.get("/{version}/projects/{project}/locations/{location}/publishers/google/models/"
+            "{model:path}", summary="A saved model by its name, in Google's shape (Vertex "
+            "AI's path of a project)", openapi_extra=_GOOGLE_ERRORS,
+            responses={404: {"description": "No saved model of this name"}})
 async def model(request: Request, version: str, model: str) -> Response:
     headers, path, query = _asked(request)
     return _json(_replayer(request).model_body(model, headers, path, query))

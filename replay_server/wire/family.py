@@ -101,7 +101,9 @@ class Family:
     BadRequest for a request the family cannot answer (beyond the table's type check);
     `prompts` gives the keyed prompts of a request or a saved record (None for a prompt of
     no valid form); `options` reads `n` and `stream_options.include_usage`. `reply` and
-    `stream` make the answer from the saved exchanges chosen; `aggregator` reads a stream
+    `stream` make the answer from the saved exchanges chosen (a ReplayError, counted as
+    any replay error, for samples that cannot make one answer: Gemini's blocked answer
+    beside one with candidates); `aggregator` reads a stream
     as it arrives, and `aggregate` a whole one (a recorded stream is loaded only if it
     aggregates to its saved body); `unfinished` says why the body of a stream that ended
     without its end marker is not the whole answer to its request; `carries_usage` says

@@ -13,6 +13,7 @@ import orjson
 import pytest
 from google import genai
 from google.genai import errors, types
+from google.oauth2.credentials import Credentials
 
 from replay_server.paths import GEMINI_COUNT_PATH
 from replay_server.settings import Settings
@@ -85,6 +86,20 @@ def test_the_models_by_googles_paths(client: genai.Client, server: tuple[str, Co
     unknown = httpx.get(f"{server[0]}/v1beta/models/gemini-other")
     assert unknown.status_code == 404 and unknown.json()["error"]["status"] == "NOT_FOUND"
     assert httpx.get(f"{server[0]}/v1/models/{MODEL}").status_code == 404  # OpenAI has none
+
+
+def test_the_models_by_vertex_ais_paths(server: tuple[str, Counting]) -> None:
+    """A Vertex AI client asks for its models under `publishers/google/models` (a project's
+    too): Google's list and model, as the Developer API's paths answer them."""
+    with genai.Client(vertexai=True, project="p", location="us-central1",
+                      credentials=Credentials(token="t"),  # type: ignore[no-untyped-call]
+                      http_options=types.HttpOptions(base_url=server[0])) as vertex:
+        assert vertex.models.get(model=MODEL).display_name == MODEL
+        assert [m.display_name for m in vertex.models.list()] == [MODEL]
+    project = f"{server[0]}/v1beta1/projects/p/locations/l/publishers/google/models"
+    assert httpx.get(f"{project}/{MODEL}").json()["displayName"] == MODEL
+    unknown = httpx.get(f"{project}/gemini-other")
+    assert unknown.status_code == 404 and unknown.json()["error"]["status"] == "NOT_FOUND"
 
 
 def test_an_unsaved_count_is_an_unanswered_tokenizer_call(client: genai.Client,

@@ -45,6 +45,8 @@ GENERATE = f"/v1beta/models/{MODEL}:generateContent"
 COUNT = f"/v1/models/{MODEL}:countTokens"
 BIG = "x" * 5000
 # route -> requests (query, JSON body) that, between them, get every answer it can give
+VERTEX_MODELS = "/{version}/publishers/google/models"
+VERTEX_PROJECT = "/{version}/projects/{project}/locations/{location}/publishers/google/models"
 REQUESTS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("GET", "/health"): [{}],
     ("GET", "/v1/models"): [{}],
@@ -101,8 +103,17 @@ REQUESTS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("GET", "/{version}/models"): [{"path": "/v1beta/models"}, {"path": "/v2/models"}],
     ("GET", "/{version}/models/{model}"): [{"path": f"/v1beta/models/{MODEL}"},
                                            {"path": "/v1beta/models/no-such"}],
+    ("GET", VERTEX_MODELS): [{"path": "/v1beta1/publishers/google/models"},
+                             {"path": "/v2/publishers/google/models"}],
+    ("GET", VERTEX_MODELS + "/{model}"): [
+        {"path": f"/v1beta1/publishers/google/models/{MODEL}"},
+        {"path": "/v1beta1/publishers/google/models/no-such"}],
+    ("GET", VERTEX_PROJECT + "/{model}"): [
+        {"path": f"/v1/projects/p/locations/l/publishers/google/models/{MODEL}"},
+        {"path": "/v1/projects/p/locations/l/publishers/google/models/no-such"}],
 }
-GOOGLE = (GEMINI_PATH, GEMINI_COUNT_PATH, "/{version}/models", "/{version}/models/{model}")
+GOOGLE = (GEMINI_PATH, GEMINI_COUNT_PATH, "/{version}/models", "/{version}/models/{model}",
+          VERTEX_MODELS, VERTEX_MODELS + "/{model}", VERTEX_PROJECT + "/{model}")
 
 
 def documented(schema: dict[str, Any]) -> dict[tuple[str, str], set[int]]:

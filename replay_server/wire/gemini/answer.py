@@ -16,7 +16,7 @@ from typing import Any
 
 from ..answer import MISSING, BadAnswer, generation_id, want
 from ..json_types import type_name
-from .fields import WRAPPED
+from .fields import wrapped
 from .request import candidates
 
 CANDIDATES = "candidates"
@@ -25,8 +25,8 @@ CANDIDATES = "candidates"
 def saved_request(request: dict[str, Any]) -> None:
     """A saved request (of an answer, or of a count) holds a non-empty list of content
     objects (a count's perhaps in `generateContentRequest`)."""
-    wrapped = request.get(WRAPPED)
-    found = (wrapped if isinstance(wrapped, dict) else request).get("contents")
+    _, inner = wrapped(request)
+    found = (inner if isinstance(inner, dict) else request).get("contents")
     if not (isinstance(found, list) and found and all(isinstance(c, dict) for c in found)):
         raise BadAnswer("contents", "expected a non-empty list of content objects")
 

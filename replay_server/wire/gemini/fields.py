@@ -6,8 +6,11 @@ alike:
 1. every field name in camelCase: the API reads a field spelled in snake_case
    (`system_instruction`, `max_output_tokens`, `function_call`) as its camelCase name, at
    any depth of its own objects, never inside a value the client wrote (a function call's
-   `args`, a function response's `response`, a JSON Schema, `labels`) nor a schema's
-   property names;
+   `args`, a function response's `response`, a JSON Schema, `labels`, a tool's
+   `customConfigs` and `headers`) nor a schema's property and definition names and the
+   values it holds (`example`, `default`); an object that spells a field both ways
+   keeps its names as written (which one the API reads cannot be told: neither is left
+   out of the key; a request's top-level fields and `generationConfig`'s are refused so);
 2. each field of `generationConfig` a field of its own (`generationConfig.temperature`),
    since they differ in role: the answer's form (its MIME type, schema, thinking,
    modalities) is keyed, the sampling parameters are compared under `--strict` only;
@@ -21,6 +24,8 @@ Then the key's own normal forms (`parts`, `tools`, `schema`), besides the engine
    `safetySettings: []`, `thinkingConfig: {}`, `stopSequences: []` and
    `responseMimeType: "text/plain"` (the API's default) are unset; `toolConfig` means
    nothing without `tools`.
+6. a function call's `id` (and its response's) by the order the ids first appear
+   (`call_ids`): clients make them up.
 Not normalised: thought signatures' bytes, a function call's `args` and a schema (kept
 exactly, key order included), roles, part order, and any text.
 """
@@ -54,8 +59,12 @@ def camel(name: str) -> str:
 # them; and the fields that hold a schema (its field names spelled, its property names
 # kept, then kept exactly).
 _WRITTEN = frozenset({"args", "response", "partMetadata", "parametersJsonSchema",
-                      "responseJsonSchema", "labels"})
+                      "responseJsonSchema", "labels", "customConfigs", "headers"})
 _SCHEMAS = frozenset({"parameters", "responseSchema"})
+# A schema's fields that hold a value the client wrote (an object's field names included),
+# and those that hold schemas by names the client chose.
+_SCHEMA_VALUES = frozenset({"example", "default"})
+_NAMED = frozenset({"properties", "defs"})
 
 
 def spelled(value: Any) -> Any:
@@ -66,9 +75,9 @@ def spelled(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     out: dict[str, Any] = {}
-    for key, item in value.items():
-        name = camel(key)
-        if item is None or name in out:
+    for key, name in _renamed(value).items():
+        item = value[key]
+        if item is None:
             continue
         if name in _WRITTEN:
             out[name] = verbatim(item)
@@ -90,19 +99,30 @@ def _blob(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def schema(value: Any) -> Any:
-    """A Schema object in camelCase, its properties' names as written."""
+    """A Schema object in camelCase, its properties' and definitions' names and the
+    values it holds (`example`, `default`) as written."""
     if isinstance(value, list):
         return [schema(v) for v in value]
     if not isinstance(value, dict):
         return value
     out: dict[str, Any] = {}
-    for key, item in value.items():
-        name = camel(key)
-        if name == "properties" and isinstance(item, dict):
+    for key, name in _renamed(value).items():
+        item = value[key]
+        if name in _NAMED and isinstance(item, dict):
             out[name] = {k: schema(v) for k, v in item.items()}
-        elif name not in out:
+        elif name in _SCHEMA_VALUES:
+            out[name] = item
+        elif item is not None or name not in out:  # (null is unset: never over a value)
             out[name] = schema(item)
     return out
+
+
+def _renamed(value: dict[str, Any]) -> dict[str, str]:
+    """Each field's name in camelCase; each as written in an object that spells a field
+    both ways (which one the API reads cannot be told: neither is left out of the key)."""
+    names = {key: camel(key) for key in value}
+    spelled = [names[k] for k, v in value.items() if v is not None]
+    return names if len(set(spelled)) == len(spelled) else {k: k for k in value}
 
 
 def standard_base64(text: str) -> str:
@@ -121,10 +141,10 @@ def request_form(request: Mapping[str, Any]) -> dict[str, Any]:
     own (`generationConfig.NAME`); countTokens' `generateContentRequest` unwrapped (its
     `model` is the path's). A field the request spells both ways is read as its last
     spelling (`request.check` refuses such a request, and a saved one)."""
-    wrapped = request.get(WRAPPED)
-    if isinstance(wrapped, dict) and "contents" not in request:
-        request = {**{k: v for k, v in wrapped.items() if k != "model"},
-                   **{k: v for k, v in request.items() if k != WRAPPED}}
+    sent_as, inner = wrapped(request)
+    if isinstance(inner, dict) and "contents" not in request:
+        request = {**{k: v for k, v in inner.items() if k != "model"},
+                   **{k: v for k, v in request.items() if k != sent_as}}
     out: dict[str, Any] = {}
     for key, value in request.items():
         name = _known(key)
@@ -137,8 +157,46 @@ def request_form(request: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def wrapped(request: Mapping[str, Any]) -> tuple[str | None, Any]:
+    """countTokens' whole request (`generateContentRequest`, in either spelling): the name
+    it is sent by and its value; (None, None) when there is none."""
+    for name, value in request.items():
+        if value is not None and camel(name) == WRAPPED:
+            return name, value
+    return None, None
+
+
 def contents(value: Any) -> Any:
-    return spelled(value)
+    """The conversation in the one form, its function calls' ids numbered (`call_ids`)."""
+    return call_ids(spelled(value))
+
+
+_CALLS = ("functionCall", "functionResponse")
+
+
+def call_ids(turns: Any) -> Any:
+    """The conversation with each function call's `id` (and the `id` of the response that
+    answers it) replaced by its number in order of first appearance: the API sends calls
+    without ids and clients make up random ones (inspect_ai: `NAME_<uuid>`) that they
+    send back next turn, so a rescoring run's ids are never the original's. Which
+    response answers which call stays in the key; the names do not."""
+    numbers: dict[str, str] = {}
+
+    def numbered(part: Any) -> Any:
+        if not isinstance(part, dict):
+            return part
+        out = dict(part)
+        for name in _CALLS:
+            call = part.get(name)
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                out[name] = {**call, "id": numbers.setdefault(call["id"], f"#{len(numbers)}")}
+        return out
+
+    if not isinstance(turns, list):
+        return turns
+    return [{**turn, "parts": [numbered(p) for p in turn["parts"]]}
+            if isinstance(turn, dict) and isinstance(turn.get("parts"), list) else turn
+            for turn in turns]
 
 
 # Every field that gives the model tools: `toolConfig` acts on them.
@@ -158,11 +216,17 @@ PROMPT_FIELDS = (
     field("tools", KEY, "array", "tool declarations are rendered into the prompt",
           unset=([],), form=spelled),
     field("cachedContent", KEY, "string", "a cached prefix of the conversation, by name"),
+    field("continuationToken", KEY, "string", "resumes an answer that stopped with "
+          "`CONTINUATION`: the rest of that one, not a fresh answer"),
     # --- what the model may emit
     field("toolConfig", KEY, "object", "forces, forbids or allows a function call "
           "(dropped when no `tools` are given)", unset=({},), form=spelled, needs=_TOOLS),
     field("safetySettings", KEY, "array", "which answers are blocked", unset=([],),
           form=spelled),
+    field("modelArmorConfig", KEY, "object", "Vertex AI: which prompts and answers Model "
+          "Armor sanitizes or blocks", form=spelled),
+    field("outputConfig", KEY, "object", "Vertex AI: generated media written to storage, "
+          "answered as file URIs instead of inline bytes", form=spelled),
     _config("responseMimeType", KEY, "string", "the answer's format (JSON mode)",
             unset=("text/plain",)),
     _config("responseSchema", KEY, "object", "the schema the answer follows",
@@ -181,6 +245,10 @@ PROMPT_FIELDS = (
     _config("enableEnhancedCivicAnswers", KEY, "boolean", "changes answers on civic topics",
             unset=(False,)),
     _config("routingConfig", KEY, "object", "Vertex AI: which model answers", form=spelled),
+    _config("modelConfig", KEY, "object", "Vertex AI: which model answers (its feature "
+            "selection preference)", form=spelled),
+    _config("audioTranscriptionConfig", KEY, "object", "asks for a transcription of the "
+            "audio as well", form=spelled),
     # --- how the model samples, and where it stops: compared with --strict
     _config("temperature", STRICT, "number", "sampling temperature"),
     _config("topP", STRICT, "number", "nucleus sampling"),
@@ -202,6 +270,9 @@ PROMPT_FIELDS = (
     field(CONFIG, IGNORED, "object", "its fields are the `generationConfig.*` rows, each "
           "classified (snake_case spellings read as camelCase)"),
     field("labels", IGNORED, "object", "bookkeeping: billing labels (Vertex AI)"),
+    field("serviceTier", IGNORED, "string", "transport: the serving tier (latency and "
+          "price), the same model"),
+    field("store", IGNORED, "boolean", "bookkeeping: whether Google logs the request"),
 )
 
 FIELDS = (

@@ -13,6 +13,12 @@ counts, never estimated:
   (`candidatesTokenCount`, `thoughtsTokenCount`, and the total) summed when every answer
   saved its counts; else the prompt's counts alone.
 
+A blocked answer (no candidates: its prompt's `promptFeedback.blockReason`) is one sample
+but no candidate: with answers that have candidates it cannot make one reply (which
+would hold fewer candidates than asked for), and that fails loudly (`replay_n_mismatch`);
+blocked answers alone answer any number of candidates, as the API does (the first one's
+fields).
+
 A Gemini request has one prompt: no batches.
 """
 
@@ -23,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from ...errors import NMismatch
 from ..selection import Saved, Selection, whole
 from .answer import CANDIDATES
 
@@ -78,6 +85,11 @@ def body(selections: Sequence[Selection[Saved]]) -> dict[str, Any]:
         own = exchange.sample_usage[choice] if exchange.sample_usage is not None else None
         usages.append(own if own is not None else
                       _prompt_side(usage) if isinstance(usage, dict) else None)
+    if candidates and any(not decoded[id(e)].get(CANDIDATES) for e, _ in selection):
+        raise NMismatch("the candidates asked for would come from saved answers of which "
+                        "one was blocked (no candidates: its `promptFeedback.blockReason`) "
+                        "and another was not: one answer cannot hold both; ask for one "
+                        "candidate a call")
     usage = usages[0] if len(usages) == 1 else _summed(usages)
     first = decoded[id(selection[0][0])]
     out: dict[str, Any] = {}

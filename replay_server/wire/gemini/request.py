@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import BadRequest
-from .fields import CONFIG, COUNT_TABLE, TABLE, WRAPPED, camel, request_form
+from .fields import CONFIG, COUNT_TABLE, TABLE, WRAPPED, camel, request_form, wrapped
 
 FRAMINGS = ("sse", "json")  # `alt`: server-sent events, or one JSON array (the default)
 
@@ -61,12 +61,12 @@ def check_count(data: dict[str, Any]) -> None:
     """A countTokens request: `contents`, or a whole request in `generateContentRequest`
     (not both)."""
     _spelled_twice(data)
-    wrapped = data.get(WRAPPED)
-    if wrapped is not None and "contents" in data:
+    sent_as, inner = wrapped(data)
+    if inner is not None and "contents" in data:
         raise BadRequest(f"send `contents` or `{WRAPPED}`, not both", param=WRAPPED)
-    if isinstance(wrapped, dict):
-        _spelled_twice(wrapped, f"{WRAPPED}.")
-        _contents(wrapped, f"{WRAPPED}.")
+    if isinstance(inner, dict):
+        _spelled_twice(inner, f"{sent_as}.")
+        _contents(inner, f"{sent_as}.")
     else:
         _contents(data, "")
 

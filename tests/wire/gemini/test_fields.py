@@ -128,6 +128,79 @@ def test_a_change_to_what_the_model_sees_or_emits_changes_the_key(edit: Any) -> 
     assert key(changed(edit)) != BASE
 
 
+SCHEMA_VALUES: Any = {"type": "OBJECT", "properties": {"max_value": {"type": "NUMBER"}},
+                     "example": {"max_value": 1}, "default": {"max_value": 2}}
+
+
+@pytest.mark.parametrize("edit", [
+    lambda b: b.update(continuationToken="Y29udGludWU="),
+    lambda b: b.update(modelArmorConfig={"promptTemplateName": "projects/p/templates/t"}),
+    lambda b: b.update(outputConfig={"outputUriPrefix": "gs://bucket/out/"}),
+    lambda b: b["generationConfig"].update(audioTranscriptionConfig={}),
+    lambda b: b["generationConfig"].update(
+        modelConfig={"featureSelectionPreference": "PRIORITIZE_QUALITY"}),
+], ids=["continuation", "model-armor", "output-config", "transcription", "model-selection"])
+def test_the_sdks_other_fields_that_change_the_answer_are_keyed(edit: Any) -> None:
+    """The fields google-genai sends beyond the usual ones (GenerateContentConfig's
+    `continuation_token`, `model_armor_config`, `generation_output_config`,
+    `audio_transcription_config`, `model_selection_config`) change the answer: a table
+    without them compared them under --strict alone, and served a fresh answer to a
+    request that resumes another."""
+    assert key(changed(edit)) != BASE
+
+
+def test_the_sdks_bookkeeping_fields_are_ignored_even_under_strict() -> None:
+    body = changed(lambda b: b.update(serviceTier="flex", store=False))
+    assert key(body) == BASE and params(body) == params(CAMEL)
+
+
+@pytest.mark.parametrize("where", ["responseSchema", "parameters"])
+def test_values_a_schema_holds_are_kept_as_written(where: str) -> None:
+    """A schema's `example` and `default` are values the client wrote (their field names
+    too): `max_value` there is no field of the API's to spell as `maxValue`."""
+    def put(schema: Any) -> Any:
+        if where == "parameters":
+            return {**CAMEL, "tools": [{"functionDeclarations": [
+                {"name": "calc", "parameters": schema}]}]}
+        return {**CAMEL, "generationConfig": {**CAMEL["generationConfig"],
+                                              "responseSchema": schema}}
+    renamed = orjson.loads(orjson.dumps(SCHEMA_VALUES).replace(b'"max_value":1',
+                                                                 b'"maxValue":1'))
+    assert key(put(renamed)) != key(put(SCHEMA_VALUES))
+    snake = {**SCHEMA_VALUES, "property_ordering": ["max_value"]}
+    assert key(put(snake)) == key(put({**SCHEMA_VALUES, "propertyOrdering": ["max_value"]}))
+
+
+@pytest.mark.parametrize("tool", [
+    {"functionDeclarations": [{"name": "calc", "parameters": {
+        "type": "OBJECT", "defs": {"max_value": {"type": "NUMBER"}}}}]},
+    {"exaAiSearch": {"customConfigs": {"max_value": 1}}},
+    {"mcpServers": [{"name": "m", "streamableHttpTransport": {
+        "url": "http://127.0.0.1:1/mcp", "headers": {"x_tenant": "a"}}}]},
+], ids=["schema-defs", "custom-configs", "mcp-headers"])
+def test_names_the_client_chose_in_tools_are_kept_as_written(tool: Any) -> None:
+    """A schema's `defs` are named by the client, as its `properties` are; a search
+    tool's `customConfigs` and an MCP server's `headers` are the client's own objects."""
+    renamed = orjson.loads(orjson.dumps(tool).replace(b'"max_value"', b'"maxValue"')
+                           .replace(b'"x_tenant"', b'"xTenant"'))
+    assert key({**CAMEL, "tools": [renamed]}) != key({**CAMEL, "tools": [tool]})
+
+
+@pytest.mark.parametrize("both", [
+    lambda other: {"contents": [{"role": "user", "parts": [
+        {"inline_data": {"mimeType": "image/png", "data": "iVBO"},
+         "inlineData": {"mimeType": "image/png", "data": other}}]}]},
+    lambda other: {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                   "generationConfig": {"responseSchema": {
+                       "type": "STRING", "max_length": "4", "maxLength": other}}},
+], ids=["part", "schema"])
+def test_a_field_spelled_both_ways_inside_an_object_is_never_dropped(both: Any) -> None:
+    """A part (or a schema) that spells one field both ways: which one the API reads
+    cannot be told, so neither is left out of the key; two such requests that differ in
+    either spelling key apart."""
+    assert key(both("AAAA")) != key(both("BBBB"))
+
+
 def test_the_tool_config_means_nothing_without_tools() -> None:
     plain: Any = {"contents": CAMEL["contents"][:1]}
     assert key({**plain, "toolConfig": {"functionCallingConfig": {"mode": "ANY"}}}) == key(plain)
@@ -136,7 +209,8 @@ def test_the_tool_config_means_nothing_without_tools() -> None:
 def test_a_count_keys_its_prompt_wrapped_or_not_apart_from_an_answer() -> None:
     plain = {"contents": CAMEL["contents"]}
     wrapped = {"generateContentRequest": {"model": "models/gemini-2.5-flash", **plain}}
-    assert key(plain, GEMINI_COUNT_PATH) == key(wrapped, GEMINI_COUNT_PATH)
+    assert key(plain, GEMINI_COUNT_PATH) == key(wrapped, GEMINI_COUNT_PATH) == key(
+        {"generate_content_request": wrapped["generateContentRequest"]}, GEMINI_COUNT_PATH)
     assert key(plain, GEMINI_COUNT_PATH) != key(plain)
     prompt = family_of(GEMINI_COUNT_PATH).prompts(wrapped, None)
     assert prompt is not None and prompt[0]["kind"] == "gemini_count"
@@ -161,3 +235,31 @@ def test_a_mistyped_field_is_a_400_naming_it_in_its_one_spelling(body: dict[str,
     with pytest.raises(BadRequest) as caught:
         key(body)
     assert caught.value.param == param and f"`{param}` must be" in caught.value.message
+
+
+def _with_call_ids(call: str, answer: str, *, second: tuple[str, str] | None = None
+                   ) -> dict[str, Any]:
+    """CAMEL with its function call and response given ids (and a second pair)."""
+    body = changed(lambda b: None)
+    body["contents"][1]["parts"][0]["functionCall"]["id"] = call
+    body["contents"][2]["parts"][0]["functionResponse"]["id"] = answer
+    if second is not None:
+        body["contents"][1]["parts"].append({"functionCall": {
+            "name": "calc", "args": {"a": 1}, "id": second[0]}})
+        body["contents"][2]["parts"].append({"functionResponse": {
+            "name": "calc", "response": {"result_value": 1}, "id": second[1]}})
+    return body
+
+
+def test_function_call_ids_key_by_which_answers_which_not_by_their_names() -> None:
+    """The API sends function calls without ids, and clients make up their own, random
+    ones (inspect_ai: `calc_<uuid>`) that they send back next turn: a rescoring run's ids
+    are never the original's. The key holds which response answers which call, not the
+    names."""
+    original = key(_with_call_ids("calc_1f3a", "calc_1f3a", second=("calc_9b2c", "calc_9b2c")))
+    assert key(_with_call_ids("calc_77de", "calc_77de", second=("calc_0a1b", "calc_0a1b"))) \
+        == original
+    crossed = key(_with_call_ids("calc_77de", "calc_0a1b", second=("calc_0a1b", "calc_77de")))
+    assert crossed != original  # the responses answer the other calls
+    assert key(_with_call_ids("a", "a")) != BASE  # ids given, or none
+    assert key(_with_call_ids("a", "b")) != key(_with_call_ids("a", "a"))

@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 
+from replay_server.errors import NMismatch
 from replay_server.index.samples import Rules
 from replay_server.paths import GEMINI_PATH
 from replay_server.replay.replayer import Replayer
@@ -62,3 +64,24 @@ def test_candidates_of_several_saved_answers_sum_what_each_generated() -> None:
     records[1] = gemini_record("2 + 2?", gemini_response("4", usage=None), line=2)
     got = orjson.loads(ask(Replayer(build(records), Rules()), 2))
     assert got["usageMetadata"] == {"promptTokenCount": 10}
+
+
+BLOCKED = {"promptFeedback": {"blockReason": "SAFETY"}, "modelVersion": "v",
+           "usageMetadata": {"promptTokenCount": 3, "totalTokenCount": 3}}
+
+
+def test_a_blocked_answer_is_never_one_of_several_candidates() -> None:
+    """A blocked answer (no candidates) is one sample, but no candidate: candidates asked
+    for from it and an answer that has one cannot be one reply (it would have fewer
+    candidates than asked for), and fail loudly, counted; the blocked answers of a
+    prompt blocked every time answer any number of candidates, as the API does."""
+    for saved in ([BLOCKED, gemini_response("4")], [gemini_response("4"), BLOCKED]):
+        records = [gemini_record("2 + 2?", s, line=i + 1) for i, s in enumerate(saved)]
+        replayer = Replayer(build(records), Rules())
+        with pytest.raises(NMismatch) as caught:
+            ask(replayer, 2)
+        assert "blocked" in caught.value.message
+        assert replayer.stats.failed() == 1
+    records = [gemini_record("2 + 2?", BLOCKED, line=i + 1) for i in range(2)]
+    assert orjson.loads(ask(Replayer(build(records), Rules()), 2))["promptFeedback"] == \
+        BLOCKED["promptFeedback"]
