@@ -24,7 +24,8 @@ Not served (each counted): calls whose `call` was not logged (inspect keeps the 
 per model per sample unless `--log-model-api`; its wire conversion of `input` is
 provider-specific, so it is not rebuilt), cache reads, pending calls, calls of failed
 sample attempts, requests whose media inspect did not log, and calls in another API's
-shape (Google...). A failed call is saved as unusable.
+shape: the `google/` provider's (Gemini's API: `inspect_google.py` rebuilds what the SDK
+sent, for when replay-server serves that API). A failed call is saved as unusable.
 
 The instance is the sample id: its epochs are the k samples of one instance, in epoch order.
 `.eval` members are read one sample at a time (`eval_zip`). A `.json` log is read whole.
@@ -45,12 +46,15 @@ from ..jsonl import not_json
 from ..record import Record, make_record
 from .base import LoadContext, read_rows
 from .eval_zip import eval_samples
+from .inspect_google import is_gemini
 from .inspect_openai import from_output, raw_chat, raw_responses
 
 HARNESS = "inspect_ai"
 MEDIA_REMOVED = "<base64-data-removed>"
 # Arguments of the openai SDK's create() that never reach the JSON body as such.
 SDK_ONLY = ("extra_headers", "extra_query", "extra_body", "timeout")
+NOT_SERVED_YET = ("a google/ model call (Gemini's API, inspect_google.py): not served until "
+                  "replay-server serves Gemini's API")
 NOT_LOGGED = ("model call not saved: call.request missing (inspect logs the first 5 calls "
               "per model per sample unless run with --log-model-api)")
 
@@ -206,6 +210,8 @@ def _wire_request(call: dict[str, Any], pool: list[Any], attachments: dict[str, 
     refs = call.get("call_refs")
     if refs is not None:
         request[call.get("call_key") or "messages"] = _expand(refs, pool, file)
+    if is_gemini(request):
+        return request, NOT_SERVED_YET
     if not isinstance(request.get("messages"), list) and not isinstance(
             request.get("input"), str | list):
         return request, "not an OpenAI chat-completions or Responses API call (the request " \
