@@ -11,6 +11,12 @@ COMPLETION_PATH = "/v1/completions"
 RESPONSES_PATH = "/v1/responses"
 MESSAGES_PATH = "/v1/messages"  # Anthropic's
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+# Google's Gemini API: one endpoint whatever the version (v1, v1beta, v1alpha, Vertex AI's
+# v1beta1) and path form (Vertex AI's projects/.../publishers/google/models/...) a
+# request takes; the model is the record's `model`; `:streamGenerateContent` is this one,
+# streamed (wire/gemini/address.py).
+GEMINI_PATH = "/v1beta/models/{model}:generateContent"
+GEMINI_COUNT_PATH = "/v1beta/models/{model}:countTokens"
 
 # vLLM's tokenizer endpoints, at the root as vLLM serves them (not under /v1).
 TOKENIZE_PATH = "/tokenize"

@@ -30,7 +30,7 @@ from replay_server.index import builder as indexing
 from replay_server.index import file as index_file
 from replay_server.index import loading
 from replay_server.index.index import Index
-from replay_server.paths import CHAT_PATH, COMPLETION_PATH, MESSAGES_PATH
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH, GEMINI_PATH, MESSAGES_PATH
 from replay_server.saved.record import Record, validate
 from replay_server.settings import Settings
 from replay_server.web import listen
@@ -118,6 +118,43 @@ def message_record(messages: list[dict[str, Any]] | str, response: dict[str, Any
         "request": {"model": model, "messages": messages, **request}, "response": response,
         "unusable": None if response is not None else "failed",
         "source": {"file": "saved.jsonl", "line": line}}
+    if stream is not None:
+        obj["stream"] = stream
+    return validate(obj, "saved.jsonl", line)
+
+
+def gemini_response(*texts: str, finish: str | None = "STOP", usage: Any = "auto",
+                    rid: str = "resp-1", **candidate: Any) -> dict[str, Any]:
+    """A Gemini GenerateContentResponse: one candidate per text (a text part each)."""
+    candidates = [{"content": {"parts": [{"text": t}], "role": "model"}, "index": i,
+                   **({"finishReason": finish} if finish else {}), **candidate}
+                  for i, t in enumerate(texts)]
+    if usage == "auto":
+        usage = {"promptTokenCount": 10, "candidatesTokenCount": 2 * len(texts),
+                 "totalTokenCount": 10 + 2 * len(texts)}
+    out: dict[str, Any] = {"candidates": candidates}
+    if usage is not None:
+        out["usageMetadata"] = usage
+    return {**out, "modelVersion": MODEL, "responseId": rid}
+
+
+def gemini_contents(text: str) -> list[Any]:
+    """One user turn: a Gemini request's `contents`."""
+    return [{"role": "user", "parts": [{"text": text}]}]
+
+
+def gemini_record(contents: list[dict[str, Any]] | str, response: dict[str, Any] | None,
+                  *, model: str = MODEL, line: int = 1, endpoint: str = GEMINI_PATH,
+                  stream: list[str] | None = None, instance: Any = None,
+                  **request: Any) -> Record:
+    """A saved Gemini exchange (its request as the body: the model is the path's)."""
+    if isinstance(contents, str):
+        contents = gemini_contents(contents)
+    obj: dict[str, Any] = {
+        "replay_record": 1, "endpoint": endpoint, "model": model,
+        "request": {"contents": contents, **request}, "response": response,
+        "unusable": None if response is not None else "failed",
+        "source": {"file": "saved.jsonl", "line": line, "instance": instance}}
     if stream is not None:
         obj["stream"] = stream
     return validate(obj, "saved.jsonl", line)

@@ -3,7 +3,10 @@ document read, each pointed at the replay in the form its reader expects, with i
 variable set to the run's key.
 
 Anthropic's clients take the server's root (no /v1) and its key from ANTHROPIC_API_KEY
-(sent as `x-api-key`, which the replay accepts like a Bearer key).
+(sent as `x-api-key`, which the replay accepts like a Bearer key). Google's SDK takes the
+root too (it adds the API version itself) and its key from GOOGLE_API_KEY (sent as
+`x-goog-api-key`); LiteLLM's `gemini/` models take the versioned root (`.../v1beta`, to
+which they append `models/M:generateContent`).
 
 Harnesses take their server from different variables, and some read one before another
 (langchain-openai reads OPENAI_API_BASE before OPENAI_BASE_URL; camel-ai reads
@@ -37,7 +40,7 @@ class Variable:
     alone), and who reads it."""
 
     name: str
-    form: Literal["v1", "root", "unset"]
+    form: Literal["v1", "root", "v1beta", "unset"]
     key: str | None
     readers: str
 
@@ -46,6 +49,8 @@ class Variable:
         URL."""
         if self.form == "unset":
             return None
+        if self.form == "v1beta":
+            return base_url.removesuffix("/v1") + "/v1beta"
         return base_url if self.form == "v1" else base_url.removesuffix("/v1")
 
 
@@ -83,6 +88,13 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("ANTHROPIC_API_BASE", "root", "ANTHROPIC_API_KEY", "litellm `anthropic/`"),
     Variable("ANTHROPIC_API_BASE_URL", "root", "ANTHROPIC_API_KEY",
              "scripts built on the anthropic SDK that read their own (camel-ai's examples)"),
+    # Google's Gemini API: its SDK appends the version and models/M:generateContent
+    Variable("GOOGLE_GEMINI_BASE_URL", "root", "GOOGLE_API_KEY",
+             "the google-genai SDK (the Gemini Developer API) and what builds on it "
+             "(inspect_ai `google/`, after GOOGLE_BASE_URL)"),
+    Variable("GOOGLE_BASE_URL", "root", "GOOGLE_API_KEY", "inspect_ai `google/`"),
+    Variable("GEMINI_API_BASE", "v1beta", "GEMINI_API_KEY",
+             "litellm `gemini/` (its key: GOOGLE_API_KEY, else GEMINI_API_KEY)"),
 )
 
 
@@ -122,7 +134,7 @@ def markdown_table() -> str:
     rows = ["| variable | set to | key variable set | read by |", "| --- | --- | --- | --- |"]
     for v in VARIABLES:
         form = {"v1": "`http://HOST:PORT/v1`", "root": "`http://HOST:PORT`",
-                "unset": "removed"}[v.form]
+                "v1beta": "`http://HOST:PORT/v1beta`", "unset": "removed"}[v.form]
         rows.append(f"| `{v.name}` | {form} | {f'`{v.key}`' if v.key else 'none'} | "
                     f"{v.readers} |")
     return "\n".join(rows)

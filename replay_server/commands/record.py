@@ -11,6 +11,7 @@ from ..settings import Settings
 from ..web.listen import bind, loaded, run_uvicorn, stop_signals
 from ..web.recorder import Recorder, create_record_app
 from ..wire.families import FAMILIES
+from ..wire.family import Family
 from .base_urls import VARIABLES
 
 
@@ -55,12 +56,12 @@ def hints(recorder: Recorder, base_url: str) -> list[str]:
     Anthropic's the root); where the key goes, and how to stop. An upstream that has none
     of the APIs' endpoints (a wrong path in its URL, most likely) is said so, with every
     API's variable: never a hint without one."""
-    first: dict[str, str] = {}  # client variable -> an endpoint of its API
+    first: dict[str, Family] = {}  # client variable -> a family of its API
     for family in FAMILIES.values():
-        first.setdefault(family.client_variable, family.path)
+        first.setdefault(family.client_variable, family)
     served: set[str] = set()
-    for name, path in first.items():
-        answer = recorder.serves(path)
+    for name, family in first.items():
+        answer = recorder.serves(family)
         if answer is None:  # it cannot be reached (yet): it may serve any
             served = set(first)
             break
@@ -69,9 +70,10 @@ def hints(recorder: Recorder, base_url: str) -> list[str]:
     warning = []
     if not served:
         served = set(first)
+        asked = [" ".join(f.probe or ("POST", f.path)) for f in first.values()]
         warning = [f"warning: the upstream {recorder.upstream} answers 404 (or 405) to "
-                   f"{' and '.join(first.values())}: it serves none of the APIs replay-server "
-                   "records; is --upstream's URL right (its path)?"]
+                   f"{', '.join(asked)}: it serves none of the APIs replay-server records; "
+                   "is --upstream's URL right (its path)?"]
     chosen = [v for v in VARIABLES if v.name in served]
     keys = ", ".join(v.key for v in chosen if v.key is not None)
     return [*warning, *(f"  export {v.name}={v.url(base_url)}" for v in chosen),

@@ -10,13 +10,14 @@ from typing import Any
 from ..errors import NoMatch
 from ..index.index import Index, entry_of
 from ..wire import keys
-from ..wire.difference import first_difference, system_variants
+from ..wire.difference import system_variants
 from ..wire.families import family_of
 
 
 def no_match(index: Index, model: str, endpoint: str, prompt: dict[str, Any]) -> NoMatch:
     """The miss error of `prompt` (a keyed prompt) for saved model `model`."""
-    what = family_of(endpoint).prompt_field
+    family = family_of(endpoint)
+    what = family.prompt_field
     message = f"no saved generation for this prompt (model `{model}`, {endpoint})."
     found = index.catalog(model, prompt["kind"]).nearest(keys.canonical(prompt))
     detail: dict[str, Any] = {"nearest": None, "difference": None}
@@ -24,7 +25,7 @@ def no_match(index: Index, model: str, endpoint: str, prompt: dict[str, Any]) ->
         message += f" Model `{model}` has no saved prompt for this endpoint."
     else:
         saved, where = _same_doc(index, model, prompt, found[0]) or found
-        difference = first_difference(prompt, saved)
+        difference = family.difference(prompt, saved)
         detail = {"nearest": where, "difference": difference.describe(),
                   "difference_quoted": difference.describe(quote=True),
                   "difference_group": difference.group(),

@@ -85,8 +85,11 @@ def _source_header(exchange: Exchange) -> bytes:
     return value
 
 
-def _named_model(body: bytes) -> str | None:
-    """The model that a request which could not be parsed names, if it names one."""
+def _named_model(body: bytes, fields: dict[str, Any] | None = None) -> str | None:
+    """The model that a request which could not be parsed names, if it names one (its
+    path's, where the path carries it: `fields`)."""
+    if fields and isinstance(fields.get("model"), str):
+        return str(fields["model"])
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -136,20 +139,21 @@ class Replayer:
         self.epoch += 1
         self.stats.reset()
 
-    def handle(self, endpoint: str, body: bytes,
-               headers: Iterable[tuple[bytes, bytes]] = ()) -> Reply:
+    def handle(self, endpoint: str, body: bytes, headers: Iterable[tuple[bytes, bytes]] = (),
+               fields: dict[str, Any] | None = None) -> Reply:
         """`take`, then `settle` as delivered: the answer of a caller that hands it over
         whole at once (in this process)."""
-        reply = self.take(endpoint, body, headers)
+        reply = self.take(endpoint, body, headers, fields)
         self.settle(reply, True)
         return reply
 
-    def take(self, endpoint: str, body: bytes,
-             headers: Iterable[tuple[bytes, bytes]] = ()) -> Reply:
-        """The reply to one request (its body, and its headers for a family that reads
-        some: `Family.headers`), its samples taken, to be `settle`d once it was sent; or a
-        ReplayServerError (counted and logged here, rendered by the caller)."""
-        request, run = self._request(endpoint, body, headers)
+    def take(self, endpoint: str, body: bytes, headers: Iterable[tuple[bytes, bytes]] = (),
+             fields: dict[str, Any] | None = None) -> Reply:
+        """The reply to one request (its body, its headers for a family that reads some:
+        `Family.headers`, and the fields its path carries: `Family.fields_of`), its
+        samples taken, to be `settle`d once it was sent; or a ReplayServerError (counted
+        and logged here, rendered by the caller)."""
+        request, run = self._request(endpoint, body, headers, fields)
         if request.family.chained:
             self._key_responses(run, request)
         chosen, places = self._choose(run, request)
@@ -191,14 +195,14 @@ class Replayer:
             for key, selection in zip(taken.keys, taken.sent, strict=True):
                 stats.served(taken.model, taken.endpoint, key, selection[0][0].where)
 
-    def forwards(self, body: bytes) -> str | None:
-        """The model a request names, when it goes upstream instead of being replayed: a
-        model no saved run answers to (by `Index.select`'s rules, aliases included) that
-        `--upstream-models` lets through. A saved model never goes: the candidate is
-        always replayed, strictly."""
+    def forwards(self, body: bytes, fields: dict[str, Any] | None = None) -> str | None:
+        """The model a request names (in its body, or its path: `fields`), when it goes
+        upstream instead of being replayed: a model no saved run answers to (by
+        `Index.select`'s rules, aliases included) that `--upstream-models` lets through.
+        A saved model never goes: the candidate is always replayed, strictly."""
         if self.upstream_models is None:
             return None
-        model = _named_model(body)
+        model = _named_model(body, fields)
         if model is None or self.index.serves(model):
             return None
         patterns = self.upstream_models
@@ -227,15 +231,15 @@ class Replayer:
             log.warning("upstream error (%s) model=%s %s: %s", counted, model, endpoint,
                         why.replace("\n", " "))
 
-    def _request(self, endpoint: str, body: bytes, headers: Iterable[tuple[bytes, bytes]]
-                 ) -> tuple[ReplayRequest, ModelRun]:
+    def _request(self, endpoint: str, body: bytes, headers: Iterable[tuple[bytes, bytes]],
+                 fields: dict[str, Any] | None) -> tuple[ReplayRequest, ModelRun]:
         """The parsed request and the saved run its `model` selects."""
         request = None
         try:
-            request = family_of(endpoint).parse(body, headers)
+            request = family_of(endpoint).parse(body, headers, fields)
             return request, self.index.select(request.model)
         except ReplayServerError as error:
-            asked = request.model if request is not None else _named_model(body)
+            asked = request.model if request is not None else _named_model(body, fields)
             self.count(None, endpoint, error, asked)
             raise
 
@@ -250,8 +254,9 @@ class Replayer:
             return Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers], body)
         # Every event is known at once: one write of all of them (chunked, no length),
         # rather than one per event, which only costs time.
-        return Reply([*SSE_HEADERS, *headers],
-                     request.family.stream(sent, request.include_usage))
+        family = request.family
+        kind, stream = family.framed(request.data, family.stream(sent, request.include_usage))
+        return Reply([(b"content-type", kind), *SSE_HEADERS[1:], *headers], stream)
 
     def _key_responses(self, run: ModelRun, request: ReplayRequest) -> None:
         """Key a request of a chained family (Responses); `previous_response_id` by the
@@ -379,14 +384,30 @@ class Replayer:
         log.warning("%s model=%s %s: %s%s", kind, named, endpoint,
                     error.message.replace("\n", " "), f" [{quoted}]" if quoted else "")
 
-    def models_body(self, headers: Iterable[tuple[bytes, bytes]] = ()) -> bytes:
+    def models_body(self, headers: Iterable[tuple[bytes, bytes]] = (), path: str = MODELS_PATH,
+                    query: str = "") -> bytes:
         """The model list, in the shape of the API the request is of (`family_for`, by its
-        headers: Anthropic's for `anthropic-version`), else vLLM's (each model's
-        `max_model_len` as recorded, if it was)."""
+        path and query, then its headers: Google's for `/v1beta/models` or `x-goog-api-key`,
+        Anthropic's for `anthropic-version`), else vLLM's (each model's `max_model_len` as
+        recorded, if it was). A 404 on another path than /v1/models that is no API's
+        address (`Family.addressed`): no such route."""
+        family = family_for(path, headers, query)
+        if path != MODELS_PATH and not family.addressed(path, query):
+            raise NotFound(f"Not Found: GET {path}")
         models = self.index.models
-        family = family_for(MODELS_PATH, headers)
         return orjson.dumps(family.models([(name, models[name].max_model_len)
                                            for name in sorted(models)], int(self.started)))
+
+    def model_body(self, name: str, headers: Iterable[tuple[bytes, bytes]], path: str,
+                   query: str = "") -> bytes:
+        """One model by its name (aliases apply), as the request's API answers `GET
+        .../models/{model}` (`Family.model`: Google's); a 404 for an API without that
+        route (no such route: vLLM has none), or a model no saved run answers to."""
+        family = family_for(path, headers, query)
+        if family.model is None:
+            raise NotFound(f"Not Found: GET {path}")
+        run = self.index.select(name)  # (ModelNotFound: a 404 naming the saved models)
+        return orjson.dumps(family.model(name, run.max_model_len))
 
     def status(self) -> dict[str, Any]:
         outcomes = self.stats.per_model()

@@ -40,7 +40,7 @@ from ..paths import MODELS_PATH, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
 from ..replay.replayer import Replayer
 from ..saved.local_tokenizer import LocalTokenizer
 from ..settings import Settings
-from ..wire.families import ENDPOINTS, error_body_of
+from ..wire.families import ENDPOINTS, endpoint_for, error_body_of
 from .endpoint import ReplayEndpoint, authorized, internal_error, unauthorized
 from .recorder import Recorder
 from .routes import router
@@ -54,8 +54,13 @@ TOKENIZER_METHODS = {TOKENIZER_INFO_PATH: "GET"}  # the other endpoints take a P
 UNGUARDED = frozenset({"/health", *TOKENIZER_ENDPOINTS})
 
 
+def _query(scope: Scope) -> str:
+    return bytes(scope.get("query_string", b"")).decode("latin-1")
+
+
 async def send_error(send: Send, error: ReplayServerError, scope: Scope) -> None:
-    status, headers, body = errors.render(error, error_body_of(scope["path"], scope["headers"]))
+    status, headers, body = errors.render(error, error_body_of(scope["path"], scope["headers"],
+                                                               _query(scope)))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -72,16 +77,20 @@ def _counted(scope: Scope) -> bool:
     its method, and any request that sends something (a method but GET, HEAD or OPTIONS),
     wherever it goes: a POST to a misspelled path is a generation asked for and not had. A
     read of any other route (a probe of the base URL, `GET /v1/`; a model by its id) is
-    answered as a real server answers it, an unknown route with a 404, and is no miss."""
+    answered as a real server answers it, an unknown route with a 404, and is no miss. (A
+    generation endpoint with parameters in its path, Gemini's, by `endpoint_for`.)"""
     path: str = scope["path"]
-    return scope["method"] not in READS or path in ENDPOINTS or path.startswith(BELOW_ENDPOINTS)
+    return scope["method"] not in READS or path in ENDPOINTS or path.startswith(
+        BELOW_ENDPOINTS) or endpoint_for(path, _query(scope)) is not None
 
 
 class ReplayApp(FastAPI):
     """A FastAPI app that sends POSTs to the replay endpoints straight to them, ahead of
     its middleware, routing and response machinery; with an API key, it (or the endpoint)
     turns away every request but `GET /health` and the tokenizer endpoints (`UNGUARDED`)
-    that does not carry `Authorization: Bearer KEY`."""
+    that does not carry `Authorization: Bearer KEY`. A POST to a path with parameters in
+    it (Gemini's `models/{model}:generateContent`) goes to its endpoint too
+    (`endpoint_for`)."""
 
     fast_paths: dict[tuple[str, str], ReplayEndpoint]  # (method, path)
     replayer: Replayer
@@ -92,6 +101,9 @@ class ReplayApp(FastAPI):
             await super().__call__(scope, receive, send)
             return
         endpoint = self.fast_paths.get((scope["method"], scope["path"]))
+        if endpoint is None and scope["method"] == "POST":  # a path with parameters in it
+            found = endpoint_for(scope["path"], _query(scope))
+            endpoint = self.fast_paths.get(("POST", found[0].path)) if found else None
         if endpoint is not None:  # it checks the API key itself
             await endpoint(scope, receive, send)
             return
@@ -131,8 +143,8 @@ class ReplayApp(FastAPI):
 
 
 def _error_response(request: Request, error: ReplayServerError) -> Response:
-    status, headers, body = errors.render(error, error_body_of(request.url.path,
-                                                               request.scope["headers"]))
+    status, headers, body = errors.render(error, error_body_of(
+        request.url.path, request.scope["headers"], _query(request.scope)))
     return Response(body, status_code=status,
                     headers={k.decode(): v.decode() for k, v in headers
                              if k != b"content-length"})

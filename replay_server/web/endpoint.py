@@ -51,8 +51,10 @@ class ReplayEndpoint:
                  api_key: bytes | None = None, upstream: Upstream | None = None) -> None:
         self.replayer = replayer
         self.endpoint = endpoint
-        # the family's own error body (a tokenizer endpoint's is vLLM's, the OpenAI one)
-        self.envelope = family_of(endpoint).error_body if endpoint in ENDPOINTS else None
+        # the family (a tokenizer endpoint has none), and its own error body (a tokenizer
+        # endpoint's is vLLM's, the OpenAI one)
+        self.family = family_of(endpoint) if endpoint in ENDPOINTS else None
+        self.envelope = self.family.error_body if self.family is not None else None
         self.tokenizer = endpoint in TOKENIZER_ENDPOINTS
         self.max_body = max_body
         self.api_key = api_key
@@ -61,6 +63,7 @@ class ReplayEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.replayer.stats.requests += 1
         reply = None
+        query = scope.get("query_string", b"")
         try:
             if self.api_key is not None and not authorized(scope["headers"], self.api_key):
                 raise self._counted(unauthorized())
@@ -74,14 +77,17 @@ class ReplayEndpoint:
                 body = message.get("body", b"")
             if len(body) > self.max_body:
                 raise self._counted(self.too_large(len(body)))
+            # the fields its path carries (Gemini's model; none at an exact path)
+            fields = self.family.fields_of(scope["path"], query.decode("latin-1")) \
+                if self.family is not None else None
             if self.upstream is not None and not self.tokenizer and (
-                    model := self.replayer.forwards(body)):
+                    model := self.replayer.forwards(body, fields)):
                 await self.upstream.forward(scope, receive, send, self.endpoint, body, model)
                 return
             if self.tokenizer:  # counts what it raises, apart
                 headers, data = self.replayer.tokenizer.answer(self.endpoint, body)
             else:  # (it counts what it raises)
-                reply = self.replayer.take(self.endpoint, body, scope["headers"])
+                reply = self.replayer.take(self.endpoint, body, scope["headers"], fields)
                 headers, data = reply.headers, reply.body
             status = 200
         except ReplayServerError as error:

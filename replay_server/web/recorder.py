@@ -80,7 +80,7 @@ from ..paths import (
 )
 from ..saved.record import dump_line, make_record, strip_transport
 from ..saved.writer import RecordWriter
-from ..wire.families import ENDPOINTS, error_body_of, family_for, family_of
+from ..wire.families import ENDPOINTS, endpoint_for, error_body_of, family_for, family_of
 from ..wire.family import Aggregator, Family
 from ..wire.sse import Frames, StreamError
 from .credentials import basic_auth, query_without_keys, shown, without_keys
@@ -110,9 +110,10 @@ def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
     """The native record line(s) of one exchange (a batched completion: one per prompt,
     each with the batch's usage); a stream's frames are saved with it as they were sent
     (a streamed batch's are not: its prompts are replayed in small deltas). `model`: the
-    model of a tokenizer call that names none (the upstream's only model)."""
+    model the request's path names (Gemini's), or that of a tokenizer call that names
+    none (the upstream's only model); else the request's (or the response's)."""
     request = strip_transport(request)
-    model = request.get("model") or response.get("model") or model
+    model = model or request.get("model") or response.get("model")
     if path == MODELS_PATH:  # one model's entry of the list
         model = response.get("id")
     source = {"harness": "replay-server record", "upstream": upstream, "run": run,
@@ -203,8 +204,9 @@ class Recorder:
             await self._save(MODELS_PATH, {}, entry)
 
     async def _save(self, path: str, request: dict[str, Any], response: dict[str, Any],
-                    frames: list[str] | None = None, hook: Outcome | None = None) -> None:
-        model = None
+                    frames: list[str] | None = None, hook: Outcome | None = None,
+                    model: str | None = None) -> None:
+        """Save one exchange (`model`: the one its path names, if it does)."""
         if path in TOKENIZER_ENDPOINTS and not request.get("model"):
             model = await self._only_model()
             if model is None:
@@ -264,9 +266,13 @@ class Recorder:
         the client leaves; `hook` hears the outcome."""
         raw = [(k.lower().encode("latin-1"), v.encode("latin-1"))
                for k, v in client_headers.items()]
-        family = family_for(path, raw)
+        # the replay endpoint it goes to (its template path: Gemini's names the model), and
+        # the fields its path carries, which are not saved in the request but read
+        routed = endpoint_for(path, params)
+        endpoint, fields = (routed[0].path, routed[1]) if routed is not None else (None, {})
+        family = routed[0] if routed is not None else family_for(path, raw, params)
         parsed = _json_object(body)
-        if parsed is not None and path in ENDPOINTS:  # (its headers that are fields, saved)
+        if parsed is not None and endpoint is not None:  # (its headers that are fields)
             parsed = family.with_headers(parsed, raw)
         gone = asyncio.Event()
         watcher = asyncio.create_task(watch_disconnect(receive, gone))
@@ -285,11 +291,13 @@ class Recorder:
             ("POST" if path in (TOKENIZE_PATH, DETOKENIZE_PATH) else "GET")
         if no_generation and method == "GET":
             parsed = {}  # (no body, and a request of no fields)
-        recordable = (method == "POST" and path in ENDPOINTS or no_generation) \
+        recordable = (method == "POST" and endpoint is not None or no_generation) \
             and parsed is not None and reply.status_code == 200
-        if recordable and parsed is not None and parsed.get("stream") is True:
+        if recordable and parsed is not None and fields.get(
+                "stream", parsed.get("stream")) is True:
             watcher.cancel()  # the relay watches the client itself
-            return Relay(self, path, parsed, reply, out_headers, hook)
+            return Relay(self, endpoint or path, parsed, reply, out_headers, hook,
+                         fields.get("model"))
         try:
             content = await unless_gone(reply.aread(), gone)
         except httpx.HTTPError as e:
@@ -302,7 +310,7 @@ class Recorder:
         if content is None or gone.is_set():
             return self._abandoned(path, hook)
         if not recordable:
-            if path in ENDPOINTS and method == "POST":
+            if endpoint is not None and method == "POST":
                 if reply.status_code != 200:
                     self.tally("upstream_error", f"HTTP {reply.status_code}: "
                                f"{content[:200].decode('utf-8', 'replace')}", hook)
@@ -315,7 +323,8 @@ class Recorder:
         elif path == MODELS_PATH:
             await self._save_models(answer, hook)
         else:
-            await self._save(path, parsed or {}, answer, hook=hook)
+            await self._save(endpoint or path, parsed or {}, answer, hook=hook,
+                             model=fields.get("model"))
         return Response(content, reply.status_code, out_headers)
 
     def _abandoned(self, path: str, hook: Outcome | None) -> Response:
@@ -326,7 +335,7 @@ class Recorder:
 
     async def save_stream(self, path: str, request: dict[str, Any],
                           aggregator: Aggregator, frames: Frames, ended: bool = False,
-                          hook: Outcome | None = None) -> bool:
+                          hook: Outcome | None = None, model: str | None = None) -> bool:
         """Save a finished stream, with its frames as sent; once begun, the save completes
         even if cancelled. `ended`: the upstream's body ended cleanly before its end marker
         (`[DONE]`): the stream is then whole if its family says so (a chat or completion
@@ -342,7 +351,7 @@ class Recorder:
         texts = frames.texts()
         if texts is None:
             log.warning("stream (%s) saved without its frames: they are not UTF-8", path)
-        await asyncio.shield(self._save(path, request, response, texts, hook))
+        await asyncio.shield(self._save(path, request, response, texts, hook, model))
         return True
 
     def probe(self, timeout: float = 5.0) -> str | None:
@@ -355,13 +364,16 @@ class Recorder:
             return f"{type(e).__name__}: {e}"
         return None
 
-    def serves(self, path: str, timeout: float = 5.0) -> bool | None:
-        """Whether the upstream has the endpoint `path` (None: it cannot be reached): a POST
-        of `{}`, a request no server generates for, answered with anything but 404 or 405
-        (a 400 or a 401 says the route is there)."""
+    def serves(self, family: Family, timeout: float = 5.0) -> bool | None:
+        """Whether the upstream has `family`'s API (None: it cannot be reached): its probe
+        (`Family.probe`; else a POST of `{}` to its endpoint, a request no server
+        generates for) answered with anything but 404 or 405 (a 400 or a 401 says the
+        route is there)."""
+        method, path = family.probe or ("POST", family.path)
         try:
-            reply = httpx.post(f"{self._base}{path}", params=self._params, json={},
-                               timeout=timeout, headers=self.headers({}, family_for(path, [])))
+            reply = httpx.request(method, f"{self._base}{path}", params=self._params,
+                                  json={} if method == "POST" else None, timeout=timeout,
+                                  headers=self.headers({}, family))
         except httpx.HTTPError:
             return None
         return reply.status_code not in (404, 405)
@@ -414,7 +426,8 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     (uvicorn logs the traceback)."""
     error = errors.ReplayServerError(f"internal error in the replay-server recorder: "
                                      f"{type(exc).__name__}: {exc}; see its log")
-    return _error_response(error, error_body_of(request.url.path, request.scope["headers"]))
+    return _error_response(error, error_body_of(request.url.path, request.scope["headers"],
+                                                request.url.query))
 
 
 def create_record_app(recorder: Recorder) -> FastAPI:

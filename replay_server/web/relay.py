@@ -36,8 +36,8 @@ class Relay(Response):
     unless the stream broke, was cut short, or the client left before its end."""
 
     def __init__(self, recorder: Recorder, path: str, request: dict[str, Any],
-                 reply: httpx.Response, headers: dict[str, str], hook: Outcome | None
-                 ) -> None:
+                 reply: httpx.Response, headers: dict[str, str], hook: Outcome | None,
+                 model: str | None = None) -> None:
         # Not Response.__init__: that would add a content-length to a stream.
         self.status_code = reply.status_code
         self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
@@ -45,6 +45,7 @@ class Relay(Response):
         self.background = None
         self.recorder, self.path, self.request, self.reply = recorder, path, request, reply
         self.hook = hook
+        self.model = model  # the model the request's path names (Gemini's), if it does
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = asyncio.Event()
@@ -61,7 +62,8 @@ class Relay(Response):
                         frames.feed(chunk)
                         if aggregator.feed(chunk) and not gone.is_set():
                             saved = await self.recorder.save_stream(
-                                self.path, self.request, aggregator, frames, hook=self.hook)
+                                self.path, self.request, aggregator, frames, hook=self.hook,
+                                model=self.model)
                             broken = not saved
                     except StreamError as e:
                         log.warning("stream not recorded (%s): %s", self.path, e)
@@ -74,7 +76,7 @@ class Relay(Response):
                     # the body ended cleanly without `[DONE]`: saved if it was whole
                     saved = await self.recorder.save_stream(
                         self.path, self.request, aggregator, frames, ended=True,
-                        hook=self.hook)
+                        hook=self.hook, model=self.model)
                 await send({"type": "http.response.body", "body": b""})
         except (OSError, httpx.HTTPError) as e:
             log.warning("stream relay broken (%s): %s: %s", self.path, type(e).__name__, e)

@@ -1,5 +1,5 @@
-"""The thin endpoints beside the replay hot path: health, models, saved responses by id,
-status, reset.
+"""The thin endpoints beside the replay hot path: health, models (and Google's model by
+its name), saved responses by id, status, reset.
 
 Each one asks the Replayer and returns; no logic lives here. Each declares the statuses
 it answers (`schema.py` documents every error as the OpenAI envelope).
@@ -12,11 +12,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ..errors import BadRequest
-from ..paths import RESPONSES_PATH
+from ..paths import GEMINI_PATH, RESPONSES_PATH
 from ..replay.replayer import Replayer
 from ..wire.families import family_of
 
 router = APIRouter()
+# Google's routes answer errors in Google's envelope (`schema.py` documents it so)
+_GOOGLE_ERRORS = {"x-envelope": (family_of(GEMINI_PATH).error_schema or ("Error",))[0]}
 
 
 def _replayer(request: Request) -> Replayer:
@@ -28,6 +30,11 @@ def _json(body: bytes) -> Response:
     return Response(body, media_type="application/json")
 
 
+def _asked(request: Request) -> tuple[list[tuple[bytes, bytes]], str, str]:
+    """What tells whose API a request is: its headers, path and query string."""
+    return request.scope["headers"], request.url.path, request.url.query
+
+
 @router.get("/health", summary="Liveness: 200 with an empty body once the index is loaded",
             response_class=Response, responses={200: {"description": "Loaded"}})
 async def health() -> Response:
@@ -35,9 +42,26 @@ async def health() -> Response:
 
 
 @router.get("/v1/models", summary="The saved models this server answers for (vLLM's shape; "
-            "Anthropic's for a request with the `anthropic-version` header)")
+            "Anthropic's for a request with the `anthropic-version` header; Google's for "
+            "one with `x-goog-api-key`, or `key`, `pageSize` or `pageToken` in its query)")
 async def models(request: Request) -> Response:
-    return _json(_replayer(request).models_body(request.scope["headers"]))
+    return _json(_replayer(request).models_body(*_asked(request)))
+
+
+@router.get("/{version}/models", summary="Google's list of the saved models (under "
+            "`v1beta`, `v1alpha`, `v1beta1`)", openapi_extra=_GOOGLE_ERRORS,
+            responses={404: {"description": "No such version"}})
+async def versioned_models(request: Request, version: str) -> Response:
+    return _json(_replayer(request).models_body(*_asked(request)))
+
+
+@router.get("/{version}/models/{model:path}", summary="A saved model by its name, in "
+            "Google's shape (for a request of Google's API)", openapi_extra=_GOOGLE_ERRORS,
+            responses={404: {"description": "No saved model of this name, or not a request "
+                             "of Google's API"}})
+async def model(request: Request, version: str, model: str) -> Response:
+    headers, path, query = _asked(request)
+    return _json(_replayer(request).model_body(model, headers, path, query))
 
 
 @router.get("/v1/responses/{response_id}",

@@ -5,8 +5,10 @@ every route with a parameter (a validation error is answered 400 here, as OpenAI
 answer it: litellm takes 422 for "unsupported parameter"), and no error bodies at all.
 So the replay endpoints (plain ASGI apps, invisible to FastAPI) are described here, 422
 is dropped, every error is the OpenAI envelope (an API family's own where it has one:
-Anthropic's on /v1/messages), and 401 is listed where an API key is
-asked for. tests/web/test_openapi.py sends each route the requests that get each status.
+Anthropic's on /v1/messages, Google's on its paths; a route of an API's names its
+envelope with `openapi_extra={"x-envelope": NAME}`), and 401 is listed where an API key
+is asked for. A path with parameters in it (Google's `models/{model}:generateContent`)
+declares them. tests/web/test_openapi.py sends each route the requests that get each status.
 """
 
 from __future__ import annotations
@@ -55,6 +57,13 @@ TOKENIZER_ANSWERS: dict[str, dict[str, Any]] = {
 }
 
 
+def _parameters(path: str) -> list[dict[str, Any]]:
+    """The path parameters of a templated path (`{model}`), each a required string."""
+    names = [part.split("}")[0] for part in path.split("{")[1:]]
+    return [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            for name in names]
+
+
 def _tokenizer_routes() -> list[tuple[str, str, dict[str, Any] | None]]:
     return [
         ("post", TOKENIZE_PATH, {"anyOf": [TOKENIZE.schema("prompt", {}),
@@ -85,6 +94,7 @@ def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
             components[own[0]] = own[1]
         schema["paths"][path] = {"post": {
             "summary": f"Replay a saved answer ({path})",
+            **({"parameters": _parameters(path)} if "{" in path else {}),
             "requestBody": {"required": True, "content": {
                 "application/json": {"schema": family_of(path).schema}}},
             "responses": {k: dict(v) for k, v in REPLAY_ANSWERS.items()}}}
@@ -101,13 +111,14 @@ def openapi(app: FastAPI, api_key: bool) -> dict[str, Any]:
     components["Error"] = ERROR
     for path, operations in schema["paths"].items():
         for operation in operations.values():
+            named = operation.pop("x-envelope", None)
             answers = operation["responses"]
             answers.pop("422", None)
             if api_key and path != "/health" and path not in TOKENIZER_ENDPOINTS:
                 answers["401"] = {"description": "Missing or wrong API key (--api-key)"}
             for status, answer in answers.items():
                 if int(status) >= 400:
-                    name = envelopes.get(path, "Error")
+                    name = named or envelopes.get(path, "Error")
                     answer["content"] = {"application/json": {
                         "schema": {"$ref": f"#/components/schemas/{name}"}}}
     app.openapi_schema = schema

@@ -68,7 +68,8 @@ class Upstream:
                 when_sent(scope, sent)  # (told at the end of this step of the loop)
 
         query = scope.get("query_string", b"").decode("latin-1")
-        response = await self.recorder.exchange("POST", endpoint, Headers(scope=scope),
+        # (the request's own path: a path with parameters in it names the endpoint's model)
+        response = await self.recorder.exchange("POST", scope["path"], Headers(scope=scope),
                                                 query, body, receive, outcome)
         await response(scope, receive, sending)
         self._count(endpoint, body, model, heard, await left if ended else False)

@@ -154,14 +154,15 @@ def first_difference(asked: dict[str, Any], saved: dict[str, Any]) -> Difference
             return _previous_diff(asked.get("previous"), saved.get("previous"))
         a, s = asked["input"], saved["input"]
         if isinstance(a, list) and isinstance(s, list):
-            found = _messages_diff(a, s, "input item")
+            found = messages_difference(a, s, "input item")
             if found is not None:
                 return found
         elif a != s:
             return Difference("the input", "differs in structure")
-        return _rest_diff(asked, saved)
+        return rest_difference(asked, saved)
     if "messages" in asked and "messages" in saved:
-        return _messages_diff(asked["messages"], saved["messages"]) or _rest_diff(asked, saved)
+        return messages_difference(asked["messages"], saved["messages"]) \
+            or rest_difference(asked, saved)
     if "prompt" in asked and "prompt" in saved:
         a, s = asked["prompt"], saved["prompt"]
         if isinstance(a, str) and isinstance(s, str):
@@ -177,7 +178,7 @@ def first_difference(asked: dict[str, Any], saved: dict[str, Any]) -> Difference
             return Difference("the prompt", "the request sends it as " + (
                 "a string" if isinstance(a, str) else "token ids") + ", the saved run as " + (
                 "a string" if isinstance(s, str) else "token ids"))
-        return _rest_diff(asked, saved)
+        return rest_difference(asked, saved)
     return Difference("the endpoint", "the saved prompt is for another endpoint")
 
 
@@ -201,7 +202,7 @@ def _previous_diff(asked: Any, saved: Any) -> Difference:
         inner = first_difference(asked["request"], saved["request"])
     else:
         a, s = asked.get("output"), saved.get("output")
-        found = _messages_diff(a, s, "output item") if isinstance(a, list) and isinstance(
+        found = messages_difference(a, s, "output item") if isinstance(a, list) and isinstance(
             s, list) else None
         inner = found or Difference("the output", "differs")
     return Difference(f"the earlier turn's {inner.place}", inner.kind, inner.offset,
@@ -214,8 +215,10 @@ def _role(message: Any) -> str:
     return str(message.get("role") or message.get("type"))
 
 
-def _messages_diff(asked: list[Any], saved: list[Any], noun: str = "message"
-                   ) -> Difference | None:
+def messages_difference(asked: list[Any], saved: list[Any], noun: str = "message"
+                        ) -> Difference | None:
+    """Where two conversations (lists of messages, each a `role` and a `content`: a text,
+    or anything else compared whole) first differ, or None where they do not."""
     for i, (a, s) in enumerate(zip(asked, saved, strict=False)):
         if a == s:
             continue
@@ -247,7 +250,8 @@ def _messages_diff(asked: list[Any], saved: list[Any], noun: str = "message"
     return None
 
 
-def _rest_diff(asked: dict[str, Any], saved: dict[str, Any]) -> Difference:
+def rest_difference(asked: dict[str, Any], saved: dict[str, Any]) -> Difference:
+    """Which fields of two keyed prompts, but their prompts, differ."""
     fields = sorted(k for k in asked.keys() | saved.keys()
                     if k not in ("messages", "prompt", "input", "previous")
                     and asked.get(k) != saved.get(k))

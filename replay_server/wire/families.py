@@ -10,7 +10,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ReplayServerError
-from . import chat, completions, messages, responses
+from . import chat, completions, gemini, messages, responses
 from .family import Family
 from .keys import markdown_table
 
@@ -32,6 +32,7 @@ FAMILIES: dict[str, Family] = _register(
     completions,
     responses,
     messages,
+    gemini,
 )
 ENDPOINTS = tuple(FAMILIES)
 """The replay endpoints: their answers are saved generations."""
@@ -48,20 +49,37 @@ def fields_table(*paths: str) -> str:
     return markdown_table((FAMILIES[p].name, FAMILIES[p].table) for p in paths)
 
 
-def family_for(path: str, headers: Iterable[tuple[bytes, bytes]]) -> Family:
-    """The family of any request: its endpoint's; on any other path (an unknown route,
-    `GET /v1/models`), the first family that claims it by its headers
-    (`Family.claims`: Anthropic's `anthropic-version`), else OpenAI's chat."""
+def endpoint_for(path: str, query: str = "") -> tuple[Family, dict[str, Any]] | None:
+    """The family whose endpoint a request goes to, and the request fields its path and
+    query string carry (`Family.fields_of`: none at an exact endpoint path; Gemini's
+    `models/{model}:streamGenerateContent?alt=sse` its model, that it streams, and how);
+    None for any other path."""
     family = FAMILIES.get(path)
     if family is not None:
-        return family
+        return family, {}
+    for family in FAMILIES.values():
+        fields = family.route(path, query)
+        if fields is not None:
+            return family, fields
+    return None
+
+
+def family_for(path: str, headers: Iterable[tuple[bytes, bytes]], query: str = "") -> Family:
+    """The family of any request: its endpoint's (`endpoint_for`); on any other path (an
+    unknown route, a model list), the first family whose address it is
+    (`Family.addressed`: Google's `/v1beta/...`), else the first that claims it by its
+    headers (`Family.claims`: Anthropic's `anthropic-version`), else OpenAI's chat."""
+    found = endpoint_for(path, query)
+    if found is not None:
+        return found[0]
     headers = list(headers)
-    return next((f for f in FAMILIES.values() if f.claims(headers)),
-                next(iter(FAMILIES.values())))
+    return next((f for f in FAMILIES.values() if f.addressed(path, query)),
+                next((f for f in FAMILIES.values() if f.claims(headers)),
+                     next(iter(FAMILIES.values()))))
 
 
-def error_body_of(path: str, headers: Iterable[tuple[bytes, bytes]]
+def error_body_of(path: str, headers: Iterable[tuple[bytes, bytes]], query: str = ""
                   ) -> Callable[[ReplayServerError], dict[str, Any]]:
     """The error envelope of any request: its family's (`family_for`; a wrong method on an
     endpoint too)."""
-    return family_for(path, headers).error_body
+    return family_for(path, headers, query).error_body

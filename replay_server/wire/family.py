@@ -20,6 +20,7 @@ import orjson
 
 from ..errors import BadRequest, ReplayServerError
 from .answer import BadAnswer, itself
+from .difference import Difference, first_difference
 from .json_types import type_name
 from .keys import Table, Unkeyable, key_of, unverbatim
 from .models import models_body
@@ -77,6 +78,18 @@ def _openai_error(error: ReplayServerError) -> dict[str, Any]:
 
 def _bearer(key: str) -> tuple[str, str]:
     return "authorization", f"Bearer {key}"
+
+
+def _no_route(path: str, query: str) -> dict[str, Any] | None:
+    return None
+
+
+def _addressed_none(path: str, query: str) -> bool:
+    return False
+
+
+def _sse(data: dict[str, Any], stream: bytes) -> tuple[bytes, bytes]:
+    return b"text/event-stream", stream
 
 
 @dataclass(frozen=True)
@@ -167,6 +180,35 @@ class Family:
     """A count of tokens, no generation (count_tokens): a request whose prompt was not
     saved is an unanswered tokenizer call (reported, failing `run` only under --strict),
     not a miss."""
+    route: Callable[[str, str], dict[str, Any] | None] = _no_route
+    """For an endpoint with parameters in its path (Gemini's `models/{model}:
+    generateContent`, whose `path` is the template saved records name): the request
+    fields a request's concrete path and query string carry (its model, whether it
+    streams, its framing), or None for a path that is not the endpoint's
+    (`fields_of`)."""
+    addressed: Callable[[str, str], bool] = _addressed_none
+    """Whether a request on no endpoint is the API's by its path and query string (any
+    path under Google's `/v1beta/`, `/v1/models?key=...`): whose error envelope and model
+    list it gets, before `claims` asks its headers (`families.family_for`)."""
+    framed: Callable[[dict[str, Any], bytes], tuple[bytes, bytes]] = _sse
+    """A whole stream, as the request (its fields) asks it framed, and its content type:
+    server-sent events unless the API frames a stream otherwise (Gemini's JSON array
+    without `alt=sse`)."""
+    difference: Callable[[dict[str, Any], dict[str, Any]], Difference] = first_difference
+    """Where a keyed prompt first differs from a saved one (what a miss says)."""
+    model: Callable[[str, int | None], Body] | None = None
+    """One model by its name, as the API's `GET .../models/{model}` answers (from its name
+    and `max_model_len`), if the API has that route (Google's)."""
+    probe: tuple[str, str] | None = None
+    """(method, path) of a request that a server of the API answers with anything but 404
+    or 405 (`record` asks it which APIs an upstream serves); None: a POST of `{}` to
+    `path`."""
+
+    def fields_of(self, path: str, query: str = "") -> dict[str, Any] | None:
+        """The request fields a request's path and query carry when it goes to the
+        family's endpoint (none at its exact `path`; a path with parameters: `route`), or
+        None when it does not."""
+        return {} if path == self.path else self.route(path, query)
 
     def with_headers(self, data: dict[str, Any], headers: Iterable[tuple[bytes, bytes]]
                      ) -> dict[str, Any]:
@@ -183,9 +225,11 @@ class Family:
             return data
         return {**data, **{k: v[0] if len(v) == 1 else v for k, v in found.items()}}
 
-    def parse(self, body: bytes, headers: Iterable[tuple[bytes, bytes]] = ()) -> ReplayRequest:
+    def parse(self, body: bytes, headers: Iterable[tuple[bytes, bytes]] = (),
+              fields: dict[str, Any] | None = None) -> ReplayRequest:
         """A checked replay request from raw body bytes (and the request's headers, for a
-        family whose headers are fields), or BadRequest naming the field."""
+        family whose headers are fields; and the fields its path carries, `fields_of`,
+        which win over the body's), or BadRequest naming the field."""
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError as e:
@@ -195,6 +239,8 @@ class Family:
         if data.__class__ is not dict:
             raise BadRequest(f"the request body must be a JSON object, got {type_name(data)}")
         data = self.with_headers(data, headers)
+        if fields:
+            data = {**data, **fields}
         self.table.check(data)
         self.check(data)
         n, include_usage = self.options(data)

@@ -28,8 +28,12 @@ in its normal form>}`. The engine's normal forms, for every family:
    the field acts on (Messages' `mcp_servers` give tools as `tools` does): a giver left
    out drops the field from a request it changes, which then gets an answer saved for
    another setting.
-Each family adds the forms of its own objects (messages, tools, input items). Whitespace,
-case and anything else inside a text are never touched: exact means exact.
+Each family adds the forms of its own objects (messages, tools, input items), and a family
+whose API spells one field several ways or nests fields of different roles in one object
+gives its table the request's one form (`Table(form=...)`: Gemini's camelCase for its
+snake_case spellings, each field of its `generationConfig` a field of its own), which the
+table reads every request through: its type check, its key and its sampling parameters.
+Whitespace, case and anything else inside a text are never touched: exact means exact.
 
 `KEY_VERSION` is the version of all of it, for every family at once; an index file built
 with another is refused. Any change to how a key is computed that changes the bytes of a
@@ -170,11 +174,14 @@ class Table:
     check of a request, its key fields in normal form, the sampling parameters `--strict`
     compares, the OpenAPI schema. `own` names the key fields the family keys itself (its
     prompt: `messages`, `prompt`, `input`); `aliases` the request field that a name of
-    the keyed prompt stands for, where they differ."""
+    the keyed prompt stands for, where they differ; `form` the request in the one form
+    the table's names read (None: the request as sent), applied by every method that
+    reads a request."""
 
     def __init__(self, kind: str, fields: tuple[Field, ...], own: tuple[str, ...],
-                 aliases: Mapping[str, str] | None = None) -> None:
-        self.kind, self.fields = kind, fields
+                 aliases: Mapping[str, str] | None = None,
+                 form: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None) -> None:
+        self.kind, self.fields, self.form = kind, fields, form
         self.aliases = dict(aliases or {})
         self.by_name = {f.name: f for f in fields}
         assert len(self.by_name) == len(fields), "a field is in the table twice"
@@ -192,6 +199,8 @@ class Table:
 
     def check(self, data: Mapping[str, Any]) -> None:
         """BadRequest naming the first field of a type the table does not accept."""
+        if self.form is not None:
+            data = self.form(data)
         classes = self._classes
         for name, value in data.items():
             accepted = classes.get(name)
@@ -224,6 +233,8 @@ class Table:
         request sets, normalised."""
         prompt = own
         prompt["v"], prompt["kind"] = KEY_VERSION, self.kind
+        if self.form is not None:
+            request = self.form(request)
         keyed = self._keyed
         names = request.keys() & keyed.keys()
         if not names:
@@ -246,6 +257,8 @@ class Table:
         """What `--strict` compares: every field the request sets (null, or a value that
         means unset, is not set) that is neither keyed nor ignored, numbers normalised.
         Fields the table does not know are compared too."""
+        if self.form is not None:
+            request = self.form(request)
         skip, unset = self._not_strict, self._strict_unset
         try:
             return {k: number(v) for k, v in request.items() if k not in skip and v is not None

@@ -23,15 +23,16 @@ pytestmark = pytest.mark.http
 URL = "http://127.0.0.1:8001/v1"
 OPENAI = f"  export OPENAI_BASE_URL={URL}"
 ANTHROPIC = f"  export ANTHROPIC_BASE_URL={URL.removesuffix('/v1')}"
+GOOGLE = f"  export GOOGLE_GEMINI_BASE_URL={URL.removesuffix('/v1')}"
 
 
-def only(path: str) -> Starlette:
-    """A server of one API: a 400 for any request to its one endpoint, 404 elsewhere."""
+def only(path: str, method: str = "POST") -> Starlette:
+    """A server of one API: a 400 for any request to its one route, 404 elsewhere."""
 
     async def refuse(request: Request) -> JSONResponse:
         return JSONResponse({"error": "bad request"}, status_code=400)
 
-    return Starlette(routes=[Route(path, refuse, methods=["POST"])])
+    return Starlette(routes=[Route(path, refuse, methods=[method])])
 
 
 @pytest.fixture
@@ -44,10 +45,11 @@ def recording(tmp_path: Path) -> Iterator[list[Recorder]]:
 
 
 @pytest.mark.parametrize("upstream, expected", [
-    (lambda: fake_model(["m"]), [OPENAI, ANTHROPIC]),
+    (lambda: fake_model(["m"]), [OPENAI, ANTHROPIC, GOOGLE]),
     (lambda: only("/v1/chat/completions"), [OPENAI]),
     (lambda: only("/v1/messages"), [ANTHROPIC]),
-], ids=["both", "openai", "anthropic"])
+    (lambda: only("/v1beta/models", "GET"), [GOOGLE]),
+], ids=["all", "openai", "anthropic", "google"])
 def test_the_variables_are_those_of_the_apis_the_upstream_serves(
         upstream: object, expected: list[str], recording: list[Recorder],
         tmp_path: Path) -> None:
@@ -65,7 +67,7 @@ def test_an_upstream_that_cannot_be_reached_gets_every_api_s_variables(
     recording.append(Recorder(f"http://127.0.0.1:{free_port()}",
                               RecordWriter(tmp_path / "run.jsonl")))
     assert [line for line in hints(recording[0], URL) if "export" in line] == \
-        [OPENAI, ANTHROPIC]
+        [OPENAI, ANTHROPIC, GOOGLE]
 
 
 def test_an_upstream_that_serves_no_api_gets_every_variable_and_a_warning(
@@ -76,11 +78,12 @@ def test_an_upstream_that_serves_no_api_gets_every_variable_and_a_warning(
     with running(only("/elsewhere")) as url:
         recording.append(Recorder(url, RecordWriter(tmp_path / "run.jsonl")))
         lines = hints(recording[0], URL)
-    assert [line for line in lines if "export" in line] == [OPENAI, ANTHROPIC]
+    assert [line for line in lines if "export" in line] == [OPENAI, ANTHROPIC, GOOGLE]
     assert "()" not in "".join(lines)
     (warning,) = [line for line in lines if "warning" in line]
-    assert "404" in warning and "/v1/chat/completions" in warning and "/v1/messages" in \
-        warning and "--upstream" in warning
+    assert "404" in warning and "POST /v1/chat/completions" in warning and \
+        "POST /v1/messages" in warning and "GET /v1beta/models" in warning and \
+        "--upstream" in warning
 
 
 @pytest.mark.slow

@@ -86,8 +86,9 @@ BAD_LINES: list[tuple[Any, str]] = [
     (changed(chat(), lambda o: o.pop("endpoint")), "f.jsonl:7: field `endpoint`: missing"),
     (changed(chat(), lambda o: o.update(endpoint="/v1/embeddings")),
      "f.jsonl:7: field `endpoint`: expected one of /v1/chat/completions, /v1/completions, "
-     "/v1/responses, /v1/messages, /v1/messages/count_tokens, /tokenize, /detokenize, "
-     "/tokenizer_info, /v1/models, got '/v1/embeddings'"),
+     "/v1/responses, /v1/messages, /v1/messages/count_tokens, "
+     "/v1beta/models/{model}:generateContent, /v1beta/models/{model}:countTokens, /tokenize, "
+     "/detokenize, /tokenizer_info, /v1/models, got '/v1/embeddings'"),
     (changed(chat(), lambda o: o.update(model=3)),
      "f.jsonl:7: field `model`: expected a string, got an integer"),
     (changed(chat(), lambda o: o.update(model="")),

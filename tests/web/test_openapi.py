@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from replay_server.paths import COUNT_TOKENS_PATH
+from replay_server.paths import COUNT_TOKENS_PATH, GEMINI_COUNT_PATH, GEMINI_PATH
 from replay_server.saved.record import Record
 from replay_server.settings import Settings
 from replay_server.web.app import create_app
@@ -20,6 +20,9 @@ from tests.support import (
     chat_response,
     completion_record,
     completion_response,
+    gemini_contents,
+    gemini_record,
+    gemini_response,
     message_record,
     message_response,
     tokenizer_record,
@@ -35,7 +38,11 @@ RECORDS = [chat_record("q", chat_response("a")),
            tokenizer_record("/detokenize", {"tokens": [7]}, {"prompt": "p"}, line=4),
            tokenizer_record("/tokenizer_info", {}, {"tokenizer_class": "X"}, line=5),
            message_record("m", message_response("c"), line=6),
-           message_record("m", {"input_tokens": 3}, line=7, endpoint=COUNT_TOKENS_PATH)]
+           message_record("m", {"input_tokens": 3}, line=7, endpoint=COUNT_TOKENS_PATH),
+           gemini_record("g", gemini_response("d"), line=8),
+           gemini_record("g", {"totalTokens": 3}, line=9, endpoint=GEMINI_COUNT_PATH)]
+GENERATE = f"/v1beta/models/{MODEL}:generateContent"
+COUNT = f"/v1/models/{MODEL}:countTokens"
 BIG = "x" * 5000
 # route -> requests (query, JSON body) that, between them, get every answer it can give
 REQUESTS: dict[tuple[str, str], list[dict[str, Any]]] = {
@@ -80,7 +87,22 @@ REQUESTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"json": {"model": MODEL, "messages": user("m"), "stream": True}},
         {"json": {"model": "no/such", "messages": user("m")}},
         {"json": {"model": MODEL, "messages": user(BIG)}}],
+    ("POST", GEMINI_PATH): [
+        {"path": GENERATE, "json": {"contents": gemini_contents("g")}},
+        {"path": GENERATE, "json": {"contents": []}},
+        {"path": "/v1beta/models/no-such:generateContent",
+         "json": {"contents": gemini_contents("g")}},
+        {"path": GENERATE, "json": {"contents": gemini_contents(BIG)}}],
+    ("POST", GEMINI_COUNT_PATH): [
+        {"path": COUNT, "json": {"contents": gemini_contents("g")}},
+        {"path": COUNT, "json": {"contents": "g"}},
+        {"path": "/v1/models/no-such:countTokens", "json": {"contents": gemini_contents("g")}},
+        {"path": COUNT, "json": {"contents": gemini_contents(BIG)}}],
+    ("GET", "/{version}/models"): [{"path": "/v1beta/models"}, {"path": "/v2/models"}],
+    ("GET", "/{version}/models/{model}"): [{"path": f"/v1beta/models/{MODEL}"},
+                                           {"path": "/v1beta/models/no-such"}],
 }
+GOOGLE = (GEMINI_PATH, GEMINI_COUNT_PATH, "/{version}/models", "/{version}/models/{model}")
 
 
 def documented(schema: dict[str, Any]) -> dict[tuple[str, str], set[int]]:
@@ -131,12 +153,15 @@ async def test_every_error_is_documented_as_the_envelope() -> None:
             for status, response in operation["responses"].items():
                 if int(status) >= 400:
                     content = response["content"]["application/json"]["schema"]
-                    name = "AnthropicError" if path.startswith("/v1/messages") else "Error"
+                    name = "AnthropicError" if path.startswith("/v1/messages") else \
+                        "GoogleError" if path in GOOGLE else "Error"
                     assert content == {"$ref": f"#/components/schemas/{name}"}, (method, path)
     envelope = schema["components"]["schemas"]["Error"]
     assert envelope["properties"]["error"]["required"] == ["message", "type", "param", "code"]
     anthropic = schema["components"]["schemas"]["AnthropicError"]
     assert anthropic["properties"]["error"]["required"] == ["type", "message"]
+    google = schema["components"]["schemas"]["GoogleError"]
+    assert google["properties"]["error"]["required"] == ["code", "message", "status"]
 
 
 async def test_no_page_needs_the_network() -> None:

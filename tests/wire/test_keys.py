@@ -236,6 +236,17 @@ PINNED: dict[str, tuple[str, dict[str, Any], list[str]]] = {  # name -> (endpoin
         "max_tokens": 64, "messages": [{"role": "user", "content": "Add 1 and 2."}],
         "mcp_servers": [{"type": "url", "name": "calc", "url": "https://mcp.example.com"}],
         "tool_choice": {"type": "any"}}, ["325e62b073f137c59866e20a0a6daf51"]),
+    "gemini": ("/v1beta/models/{model}:generateContent", {
+        "contents": [{"role": "user", "parts": [{"text": "What is 2+2?"}]},
+                     {"role": "model", "parts": [{"text": "4", "thought_signature": "YWJj-_8"}]},
+                     {"role": "user", "parts": [{"text": "And 3+3?"}]}],
+        "system_instruction": {"parts": [{"text": "Be brief."}]}, "tools": [],
+        "generation_config": {"temperature": 0, "thinking_config": {"include_thoughts": True},
+                              "response_mime_type": "text/plain"}},
+        ["71abdca7044be94d17585d2fd468337e"]),
+    "gemini_count": ("/v1beta/models/{model}:countTokens", {"generateContentRequest": {
+        "model": "models/m", "contents": [{"role": "user", "parts": [{"text": "What is 2+2?"}]}]}},
+        ["1d53f64cb1c455410869cb7b8f853f61"]),
 }
 
 
@@ -316,3 +327,21 @@ def test_the_docs_list_every_field_as_the_tables_classify_them() -> None:
     assert fields_table(CHAT_PATH, COMPLETION_PATH) in page
     assert fields_table(RESPONSES_PATH) in page
     assert tuple(FAMILIES) == ENDPOINTS
+
+
+def test_a_table_reads_every_request_through_its_form() -> None:
+    """A family whose API spells a field two ways (or nests fields of different roles)
+    gives its table the request's one form: the type check, the key and the sampling
+    parameters all read the request through it."""
+    def form(request: Any) -> dict[str, Any]:
+        return {("topP" if k == "top_p" else k): v for k, v in request.items()}
+
+    table = keys.Table("t", (keys.field("prompt", keys.KEY, "string", "the prompt"),
+                             keys.field("style", keys.KEY, "string", "what it emits"),
+                             keys.field("topP", keys.STRICT, "number", "sampling")),
+                       own=("prompt",), form=form)
+    with pytest.raises(BadRequest, match="`topP` must be a number"):
+        table.check({"prompt": "p", "top_p": "high"})
+    assert table.params({"top_p": 0.5}) == table.params({"topP": 0.5}) == b'{"topP":0.5}'
+    assert table.prompt({"style": "s", "top_p": 1}, {"prompt": "p"}) == {
+        "prompt": "p", "v": keys.KEY_VERSION, "kind": "t", "style": "s"}

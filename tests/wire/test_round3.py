@@ -14,6 +14,8 @@ from replay_server.paths import (
     CHAT_PATH,
     COMPLETION_PATH,
     COUNT_TOKENS_PATH,
+    GEMINI_COUNT_PATH,
+    GEMINI_PATH,
     MESSAGES_PATH,
     RESPONSES_PATH,
 )
@@ -28,6 +30,9 @@ from tests.support import (
     chat_response,
     completion_record,
     completion_response,
+    gemini_contents,
+    gemini_record,
+    gemini_response,
     message_record,
     message_response,
 )
@@ -68,7 +73,9 @@ def with_field(endpoint: str, name: str, value: bytes, extra: dict[str, Any] | N
         COMPLETION_PATH: {"model": MODEL, "prompt": "q"},
         RESPONSES_PATH: {"model": MODEL, "input": "q"},
         MESSAGES_PATH: {"model": MODEL, "messages": [QUESTION]},
-        COUNT_TOKENS_PATH: {"model": MODEL, "messages": [QUESTION]}}
+        COUNT_TOKENS_PATH: {"model": MODEL, "messages": [QUESTION]},
+        GEMINI_PATH: {"contents": gemini_contents("q"), "labels": {}},
+        GEMINI_COUNT_PATH: {"contents": gemini_contents("q"), "labels": {}}}
     base = {**bases[endpoint], **(extra or {})}
     head = orjson.dumps({k: v for k, v in base.items() if k != name})[:-1]
     return head + b',"' + name.encode() + b'":' + value + b"}"
@@ -84,17 +91,23 @@ def saved_replayer(strict: bool = False) -> Replayer:
                          "source": {"file": "saved.jsonl", "line": 3}}, "saved.jsonl", 3),
                message_record([QUESTION], message_response("4"), line=4),
                message_record([QUESTION], {"input_tokens": 3}, line=5,
-                              endpoint=COUNT_TOKENS_PATH)]
+                              endpoint=COUNT_TOKENS_PATH),
+               gemini_record("q", gemini_response("4"), line=6),
+               gemini_record("q", {"totalTokens": 3}, line=7, endpoint=GEMINI_COUNT_PATH)]
     return Replayer(build(records), Rules(strict=strict))
 
 
 ANTHROPIC_TOOL = {"name": "f", "input_schema": {"type": "object"}}
+GEMINI_TOOL = {"functionDeclarations": [{"name": "f"}]}
 TOOL = {CHAT_PATH: {"type": "function", "function": {"name": "f"}},
         RESPONSES_PATH: {"type": "function", "name": "f"},
-        MESSAGES_PATH: ANTHROPIC_TOOL, COUNT_TOKENS_PATH: ANTHROPIC_TOOL}
+        MESSAGES_PATH: ANTHROPIC_TOOL, COUNT_TOKENS_PATH: ANTHROPIC_TOOL,
+        GEMINI_PATH: GEMINI_TOOL, GEMINI_COUNT_PATH: GEMINI_TOOL}
 # where a deeply nested value can go in the prompt fields a request must send
 IN_PROMPT = {"messages": lambda deep: b'[{"role":"user","content":' + deep + b"}]",
-             "input": lambda deep: b'[{"role":"user","content":' + deep + b"}]"}
+             "input": lambda deep: b'[{"role":"user","content":' + deep + b"}]",
+             "contents": lambda deep: b'[{"role":"user","parts":[{"text":"q","x":' + deep
+             + b"}]}]"}
 
 
 def deep_cases() -> list[tuple[str, str, bytes, dict[str, Any]]]:
