@@ -20,12 +20,17 @@ but `anthropic-beta`, which is keyed as the field of that name), the SDK's dump 
 `Message` (null where the API sent none, as the Responses dumps; a streamed call's is the
 SDK's final message, which a replay streams again in small deltas).
 
+Calls of the `google/` provider (Google's Gemini API, through the google-genai SDK) are
+Gemini records (`paths.GEMINI_PATH`, the model of the request's path): inspect logs the
+SDK call's arguments, not the body, and `inspect_google.py` rebuilds the body the SDK sent
+and the response the API sent from them.
+
 Not served (each counted): calls whose `call` was not logged (inspect keeps the first 5
 per model per sample unless `--log-model-api`; its wire conversion of `input` is
 provider-specific, so it is not rebuilt), cache reads, pending calls, calls of failed
-sample attempts, requests whose media inspect did not log, and calls in another API's
-shape: the `google/` provider's (Gemini's API: `inspect_google.py` rebuilds what the SDK
-sent, for when replay-server serves that API). A failed call is saved as unusable.
+sample attempts, requests whose media inspect did not log, `google/` calls of inspect
+before 0.3.69 (another SDK), and calls in another API's shape. A failed call is saved as
+unusable.
 
 The instance is the sample id: its epochs are the k samples of one instance, in epoch order.
 `.eval` members are read one sample at a time (`eval_zip`). A `.json` log is read whole.
@@ -44,17 +49,16 @@ from ...paths import CHAT_PATH, MESSAGES_PATH, RESPONSES_PATH
 from ...wire.families import family_of
 from ..jsonl import not_json
 from ..record import Record, make_record
+from . import inspect_google
 from .base import LoadContext, read_rows
 from .eval_zip import eval_samples
-from .inspect_google import is_gemini
+from .inspect_google import OLD_SDK, is_gemini, old_sdk
 from .inspect_openai import from_output, raw_chat, raw_responses
 
 HARNESS = "inspect_ai"
 MEDIA_REMOVED = "<base64-data-removed>"
 # Arguments of the openai SDK's create() that never reach the JSON body as such.
 SDK_ONLY = ("extra_headers", "extra_query", "extra_body", "timeout")
-NOT_SERVED_YET = ("a google/ model call (Gemini's API, inspect_google.py): not served until "
-                  "replay-server serves Gemini's API")
 NOT_LOGGED = ("model call not saved: call.request missing (inspect logs the first 5 calls "
               "per model per sample unless run with --log-model-api)")
 
@@ -146,19 +150,36 @@ def _record(event: dict[str, Any], pool: list[Any], attachments: dict[str, str],
         ctx.skip("answered from inspect's cache (no request was sent)" if cached
                  else NOT_LOGGED, where)
         return None
-    request, reason = _wire_request(call, pool, attachments, file)
+    logged, reason = _logged(call, pool, attachments, file)
     saved = _resolve(call.get("response"), attachments)
     unusable = _failure(event, call, saved)
-    if reason is None and _anthropic(call["request"], saved):
+    if reason is None and is_gemini(logged):
+        if old_sdk(saved):
+            ctx.skip(OLD_SDK, where)
+            return None
+        return inspect_google.record(event, logged, saved, unusable, source, file)
+    request, reason = _wire_request(logged) if reason is None else (logged, reason)
+    if reason is not None:
+        ctx.skip(reason, where)
+        return None
+    return _openai_or_anthropic(event, call, request, saved, unusable, source, file,
+                                where, ctx, attachments)
+
+
+def _openai_or_anthropic(event: dict[str, Any], call: dict[str, Any],
+                         request: dict[str, Any], saved: Any, unusable: str | None,
+                         source: dict[str, Any], file: str, where: str, ctx: LoadContext,
+                         attachments: dict[str, str]) -> Record | None:
+    """The record of a call to OpenAI's chat completions or Responses API, or to
+    Anthropic's Messages API (each told by its request and response)."""
+    if _anthropic(call["request"], saved):
         return _message_record(event, call, request, saved, unusable, source, file)
     responses_api = "messages" not in request and "input" in request
     answer = "output" if responses_api else "choices"
     if unusable is None and isinstance(saved, dict) and not isinstance(saved.get(answer), list):
-        reason = reason or ("not an OpenAI Responses API call (the response has no output)"
-                            if responses_api else
-                            "not an OpenAI chat-completions call (the response has no choices)")
-    if reason is not None:
-        ctx.skip(reason, where)
+        ctx.skip("not an OpenAI Responses API call (the response has no output)"
+                 if responses_api else
+                 "not an OpenAI chat-completions call (the response has no choices)", where)
         return None
     response = None
     if responses_api:
@@ -203,22 +224,26 @@ def _message_record(event: dict[str, Any], call: dict[str, Any], request: dict[s
                        unusable=unusable)
 
 
-def _wire_request(call: dict[str, Any], pool: list[Any], attachments: dict[str, str],
-                  file: str) -> tuple[dict[str, Any], str | None]:
-    """The JSON body the openai SDK sent for `call.request`, or why there is none."""
+def _logged(call: dict[str, Any], pool: list[Any], attachments: dict[str, str],
+            file: str) -> tuple[dict[str, Any], str | None]:
+    """`call.request` with its conversation put back from the call pool and its
+    attachments resolved; and why it cannot be sent again, or None."""
     request = dict(call["request"])
     refs = call.get("call_refs")
     if refs is not None:
         request[call.get("call_key") or "messages"] = _expand(refs, pool, file)
-    if is_gemini(request):
-        return request, NOT_SERVED_YET
+    request = _resolve(request, attachments)
+    if _mentions(request, MEDIA_REMOVED):
+        return request, "request had image or audio data that inspect does not log"
+    return request, None
+
+
+def _wire_request(request: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The JSON body the openai SDK sent for a logged request, or why there is none."""
     if not isinstance(request.get("messages"), list) and not isinstance(
             request.get("input"), str | list):
         return request, "not an OpenAI chat-completions or Responses API call (the request " \
                         "has no messages and no input)"
-    request = _resolve(request, attachments)
-    if _mentions(request, MEDIA_REMOVED):
-        return request, "request had image or audio data that inspect does not log"
     extra = request.get("extra_body")
     body = {k: v for k, v in request.items() if k not in SDK_ONLY and v is not None}
     if isinstance(extra, dict):

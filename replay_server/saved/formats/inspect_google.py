@@ -1,4 +1,5 @@
-"""inspect_ai's `google/` model calls, as the Gemini API received and answered them.
+"""inspect_ai's `google/` model calls, as the Gemini API received and answered them: the
+Gemini records (`record`) the inspect reader makes of them.
 
 inspect's `google/` provider calls the google-genai SDK, and a model event's `call.request`
 is not the body the SDK sent but the SDK call's arguments, dumped in the API's camelCase:
@@ -35,12 +36,17 @@ folded into the first user turn, the response a snake_case proto dump): not read
 call is logged with `{"error": {"message", "code"}}` and the event's `error`; a call that
 was retried after a 429 is one failed event, then one that answered. countTokens calls are
 not logged. When a candidate's function call is malformed, inspect asks again with a longer
-conversation and logs the first request with the last answer: such a call is unusable.
+conversation and logs the first request with the last answer: such a call is unusable,
+as a failed one is. A streamed call is a record like any other (no frames: a log keeps
+none); the replay streams its response again in small chunks.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from ...paths import GEMINI_PATH
+from ..record import Record, make_record
 
 # GenerateContentConfig fields the SDK sends at the request's top level, not in
 # `generationConfig`; and those it never sends.
@@ -56,6 +62,10 @@ LOGGED = {"system_instruction": "systemInstruction", "safety_settings": "safetyS
 SDK_RESPONSE = ("sdkHttpResponse", "automaticFunctionCallingHistory", "parsed")
 PROVIDER = "google/"
 VERTEX = "vertex/"
+OLD_SDK = ("a google/ call logged by inspect before 0.3.69 (the google.generativeai SDK: "
+           "its request is not logged as sent)")
+RETRIED = ("inspect asked again after a malformed function call: the log holds the first "
+           "request and the last answer")
 
 
 def is_gemini(request: dict[str, Any]) -> bool:
@@ -133,3 +143,19 @@ def model_of(event_model: str) -> str:
     """The model of the request's path: inspect's name without `google/` and the service
     (`google/vertex/M`)."""
     return event_model.removeprefix(PROVIDER).removeprefix(VERTEX)
+
+
+def record(event: dict[str, Any], logged: dict[str, Any], saved: Any, unusable: str | None,
+           source: dict[str, Any], file: str) -> Record:
+    """The Gemini record of a `google/` call: the body the SDK sent for `logged` (its
+    `contents` put back, attachments resolved), the response the API sent, or why none
+    can be served (`unusable`: the call failed; else a retried or missing answer)."""
+    response = wire_response(saved) if unusable is None and isinstance(saved, dict) else None
+    if unusable is None:
+        if response is None:
+            unusable = "the Gemini call saved no response"
+        elif retried(event.get("output"), response):
+            response, unusable = None, RETRIED
+    return make_record(GEMINI_PATH, model_of(str(event.get("model") or "")),
+                       wire_request(logged), response, source, file, None,
+                       unusable=unusable)

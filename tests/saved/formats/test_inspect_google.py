@@ -12,12 +12,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from replay_server.paths import GEMINI_PATH
 from replay_server.saved.formats import LoadContext
 from replay_server.saved.formats.eval_zip import eval_samples
-from replay_server.saved.formats.inspect_ai import NOT_SERVED_YET
+from replay_server.saved.formats.inspect_ai import MEDIA_REMOVED
 from replay_server.saved.formats.inspect_google import (
+    OLD_SDK,
+    RETRIED,
     is_gemini,
     model_of,
     old_sdk,
@@ -26,9 +30,10 @@ from replay_server.saved.formats.inspect_google import (
     wire_response,
 )
 from replay_server.saved.loader import plan, read
+from replay_server.saved.record import Record
 from tests.fakemodel.server import create_app as fake_model
 from tests.harnesses.commands import BIN, offline_env
-from tests.support import ROOT, running
+from tests.support import ROOT, running, serving
 
 DATA = ROOT / "tests" / "data" / "inspect_ai"
 # Field names google-genai 3.6 sends in snake_case (objects its converters pass on as they
@@ -181,12 +186,78 @@ def test_what_is_not_a_google_call() -> None:
             ] == ["gemini-2.5-flash", "gemini-2.5-pro"]
 
 
-def test_the_reader_tells_a_google_call_apart_and_counts_it_unserved() -> None:
-    """Until the Gemini family serves them, each google/ call is counted as left out, as
-    Gemini's (not as a malformed OpenAI call)."""
+def records_of(path: Path) -> tuple[list[Record], LoadContext]:
     ctx = LoadContext()
-    assert list(read(plan([DATA / "google"]), ctx)) == []
-    assert ctx.skipped == {NOT_SERVED_YET: 7}
+    return list(read(plan([path]), ctx)), ctx
+
+
+@pytest.mark.parametrize("case", ["google", "google_stream"])
+def test_the_reader_makes_a_gemini_record_of_each_call(case: str) -> None:
+    """Each google/ call: a Gemini record of the body the SDK sent and the response the API
+    sent (the fake's wire log; a stream's, aggregated), for the model of the path, its
+    sample the instance."""
+    found, ctx = records_of(DATA / case)
+    wire = wire_of(case)
+    assert not ctx.skipped and len(found) == len(wire) == 7
+    assert {(r.endpoint, r.model, r.unusable) for r in found} == {
+        (GEMINI_PATH, "gemini-2.5-flash", None)}
+    assert sorted(canonical([r.request, r.response]) for r in found) == sorted(
+        canonical([documented(w["request"]), w["response"]]) for w in wire)
+    assert {r.source["instance"] for r in found} == {"q1", "q2", "q3", "q4", "multi", "tool"}
+
+
+@pytest.mark.http
+def test_a_google_log_answers_each_body_the_sdk_sent_as_the_api_did() -> None:
+    """Served: each wire body (as the SDK spelled it) gets the API's response, under any
+    version of the path."""
+    wire = wire_of("google")
+    with serving([DATA / "google"]) as url:
+        root = url.removesuffix("/v1")
+        for exchange, version in zip(wire, ["v1", "v1beta"] * 4, strict=False):
+            path = exchange["path"].replace("/v1/", f"/{version}/")
+            got = httpx.post(root + path, json=exchange["request"], timeout=30)
+            assert got.status_code == 200, got.text
+            assert got.json() == exchange["response"]
+
+
+def as_json_log(tmp_path: Path, change: Any) -> Path:
+    """The google log as a `.json` log, with `change(model events)` applied."""
+    log = next((DATA / "google").glob("*.eval"))
+    samples = list(eval_samples(log, LoadContext()))
+    change([e for s in samples for e in s["events"] if e["event"] == "model"])
+    path = tmp_path / "google.json"
+    path.write_text(json.dumps({"eval_id": "e", "run_id": "r", "samples": samples}))
+    return path
+
+
+def test_a_failed_or_retried_google_call_is_unusable(tmp_path: Path) -> None:
+    """A failed call (inspect logs the API's error), and a call inspect asked again after
+    a malformed function call (its usage the sum of the attempts'): saved as unusable."""
+    def change(events: list[dict[str, Any]]) -> None:
+        events[0].update(error="RESOURCE_EXHAUSTED: quota")
+        events[0]["call"]["response"] = {"error": {"message": "quota", "code": 429}}
+        events[1]["output"]["usage"]["total_tokens"] *= 2
+
+    found, _ = records_of(as_json_log(tmp_path, change))
+    assert [(r.response, r.unusable) for r in found[:2]] == [
+        (None, "the saved model call failed: RESOURCE_EXHAUSTED: quota"),
+        (None, RETRIED)]
+    assert all(r.unusable is None for r in found[2:])
+
+
+def test_a_google_call_of_the_old_sdk_or_without_media_is_left_out(tmp_path: Path) -> None:
+    """inspect before 0.3.69 (google.generativeai: a proto dump), and a request whose
+    media inspect did not log, are counted as left out, with why."""
+    def change(events: list[dict[str, Any]]) -> None:
+        events[0]["call"]["response"] = {"candidates": [], "usage_metadata": {}}
+        events[1]["call"]["request"]["contents"] = [{"role": "user", "parts": [
+            {"inlineData": {"mimeType": "image/png", "data": MEDIA_REMOVED}}]}]
+        events[1]["call"].pop("call_refs", None)
+
+    found, ctx = records_of(as_json_log(tmp_path, change))
+    assert len(found) == 5
+    assert ctx.skipped == {OLD_SDK: 1, "request had image or audio data that inspect "
+                                       "does not log": 1}
 
 
 # --------------------------------------------------------------------------- inspect, live
