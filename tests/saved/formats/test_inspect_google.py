@@ -1,7 +1,8 @@
 """inspect_ai's `google/` calls mapped to what the Gemini API received and sent
-(saved/formats/inspect_google.py): checked against the fake Gemini server's wire log, for
-the logs in tests/data/inspect_ai/google*/ (made by tests/data/gen/make_harness_data.py)
-and for runs of the installed inspect_ai."""
+(saved/formats/inspect_google.py), and read as Gemini records: checked against the fake
+Gemini server's wire log, for the logs in tests/data/inspect_ai/google*/ (made by
+tests/data/gen/make_harness_data.py) and for runs of the installed inspect_ai.
+(tests/harnesses/test_gemini.py rescores a log inspect_ai wrote itself under `run`.)"""
 
 from __future__ import annotations
 
