@@ -7,7 +7,7 @@ the sample's call pool (`events_data.calls` via `call_refs`, the condensed form)
 openai SDK sends it that way), and fields that were not given (saved as null) left out.
 The answer is `call.response` (the openai SDK's `model_dump()` of the response: the raw
 body plus a few SDK-only null fields, dropped here for chat; for a streamed call, the SDK's
-aggregate), else, for chat, one rebuilt from the event's `output`.
+aggregate), else, for chat, one rebuilt from the event's `output` (`inspect_openai.py`).
 
 Calls of the `openai/` provider through the Responses API (its default for some models,
 `-M responses_api=true` for any) are `/v1/responses` records: the request's `input`, the
@@ -20,11 +20,17 @@ but `anthropic-beta`, which is keyed as the field of that name), the SDK's dump 
 `Message` (null where the API sent none, as the Responses dumps; a streamed call's is the
 SDK's final message, which a replay streams again in small deltas).
 
+Calls of the `google/` provider (Google's Gemini API, through the google-genai SDK) are
+Gemini records (`paths.GEMINI_PATH`, the model of the request's path): inspect logs the
+SDK call's arguments, not the body, and `inspect_google.py` rebuilds the body the SDK sent
+and the response the API sent from them.
+
 Not served (each counted): calls whose `call` was not logged (inspect keeps the first 5
 per model per sample unless `--log-model-api`; its wire conversion of `input` is
 provider-specific, so it is not rebuilt), cache reads, pending calls, calls of failed
-sample attempts, requests whose media inspect did not log, and calls in another API's
-shape (Google...). A failed call is saved as unusable.
+sample attempts, requests whose media inspect did not log, `google/` calls of inspect
+before 0.3.69 (another SDK), and calls in another API's shape. A failed call is saved as
+unusable.
 
 The instance is the sample id: its epochs are the k samples of one instance, in epoch order.
 `.eval` members are read one sample at a time (`eval_zip`). A `.json` log is read whole.
@@ -32,7 +38,6 @@ The instance is the sample id: its epochs are the k samples of one instance, in 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,8 +49,11 @@ from ...paths import CHAT_PATH, MESSAGES_PATH, RESPONSES_PATH
 from ...wire.families import family_of
 from ..jsonl import not_json
 from ..record import Record, make_record
-from .base import LoadContext, read_rows, synthetic_id, text_response
+from . import inspect_google
+from .base import LoadContext, read_rows
 from .eval_zip import eval_samples
+from .inspect_google import OLD_SDK, is_gemini, old_sdk
+from .inspect_openai import from_output, raw_chat, raw_responses
 
 HARNESS = "inspect_ai"
 MEDIA_REMOVED = "<base64-data-removed>"
@@ -142,30 +150,47 @@ def _record(event: dict[str, Any], pool: list[Any], attachments: dict[str, str],
         ctx.skip("answered from inspect's cache (no request was sent)" if cached
                  else NOT_LOGGED, where)
         return None
-    request, reason = _wire_request(call, pool, attachments, file)
+    logged, reason = _logged(call, pool, attachments, file)
     saved = _resolve(call.get("response"), attachments)
     unusable = _failure(event, call, saved)
-    if reason is None and _anthropic(call["request"], saved):
+    if reason is None and is_gemini(logged):
+        if old_sdk(saved):
+            ctx.skip(OLD_SDK, where)
+            return None
+        return inspect_google.record(event, logged, saved, unusable, source, file)
+    request, reason = _wire_request(logged) if reason is None else (logged, reason)
+    if reason is not None:
+        ctx.skip(reason, where)
+        return None
+    return _openai_or_anthropic(event, call, request, saved, unusable, source, file,
+                                where, ctx, attachments)
+
+
+def _openai_or_anthropic(event: dict[str, Any], call: dict[str, Any],
+                         request: dict[str, Any], saved: Any, unusable: str | None,
+                         source: dict[str, Any], file: str, where: str, ctx: LoadContext,
+                         attachments: dict[str, str]) -> Record | None:
+    """The record of a call to OpenAI's chat completions or Responses API, or to
+    Anthropic's Messages API (each told by its request and response)."""
+    if _anthropic(call["request"], saved):
         return _message_record(event, call, request, saved, unusable, source, file)
     responses_api = "messages" not in request and "input" in request
     answer = "output" if responses_api else "choices"
     if unusable is None and isinstance(saved, dict) and not isinstance(saved.get(answer), list):
-        reason = reason or ("not an OpenAI Responses API call (the response has no output)"
-                            if responses_api else
-                            "not an OpenAI chat-completions call (the response has no choices)")
-    if reason is not None:
-        ctx.skip(reason, where)
+        ctx.skip("not an OpenAI Responses API call (the response has no output)"
+                 if responses_api else
+                 "not an OpenAI chat-completions call (the response has no choices)", where)
         return None
     response = None
     if responses_api:
         if unusable is None and not isinstance(saved, dict):
             unusable = "the Responses API call saved no response"
-        response = _raw_responses(saved) if unusable is None else None
+        response = raw_responses(saved) if unusable is None else None
         return make_record(RESPONSES_PATH, request.get("model") or event.get("model"),
                            request, response, source, file, None, unusable=unusable)
     if unusable is None:
         streamed = call["request"].get("stream") is True
-        response = _raw(saved, streamed) if isinstance(saved, dict) else _from_output(
+        response = raw_chat(saved, streamed) if isinstance(saved, dict) else from_output(
             _resolve(event.get("output"), attachments), f"{where}:{event.get('uuid')}")
         if response is None:
             unusable = "the model call saved neither a response nor an output"
@@ -199,20 +224,26 @@ def _message_record(event: dict[str, Any], call: dict[str, Any], request: dict[s
                        unusable=unusable)
 
 
-def _wire_request(call: dict[str, Any], pool: list[Any], attachments: dict[str, str],
-                  file: str) -> tuple[dict[str, Any], str | None]:
-    """The JSON body the openai SDK sent for `call.request`, or why there is none."""
+def _logged(call: dict[str, Any], pool: list[Any], attachments: dict[str, str],
+            file: str) -> tuple[dict[str, Any], str | None]:
+    """`call.request` with its conversation put back from the call pool and its
+    attachments resolved; and why it cannot be sent again, or None."""
     request = dict(call["request"])
     refs = call.get("call_refs")
     if refs is not None:
         request[call.get("call_key") or "messages"] = _expand(refs, pool, file)
+    request = _resolve(request, attachments)
+    if _mentions(request, MEDIA_REMOVED):
+        return request, "request had image or audio data that inspect does not log"
+    return request, None
+
+
+def _wire_request(request: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The JSON body the openai SDK sent for a logged request, or why there is none."""
     if not isinstance(request.get("messages"), list) and not isinstance(
             request.get("input"), str | list):
         return request, "not an OpenAI chat-completions or Responses API call (the request " \
                         "has no messages and no input)"
-    request = _resolve(request, attachments)
-    if _mentions(request, MEDIA_REMOVED):
-        return request, "request had image or audio data that inspect does not log"
     extra = request.get("extra_body")
     body = {k: v for k, v in request.items() if k not in SDK_ONLY and v is not None}
     if isinstance(extra, dict):
@@ -267,107 +298,3 @@ def _failure(event: dict[str, Any], call: dict[str, Any], saved: Any) -> str | N
         detail = error.get("message") if isinstance(error, dict) else error
     first = (str(detail or "").strip() or "an error response").splitlines()[0][:300]
     return f"the saved model call failed: {first}"
-
-
-def _raw(response: dict[str, Any], streamed: bool) -> dict[str, Any]:
-    """`call.response` without what only the openai SDK adds: null `metadata`,
-    `moderation`, `parsed`, `parsed_arguments`, and a stream's tool-call `index`."""
-    body = {k: v for k, v in response.items()
-            if not (k in ("metadata", "moderation") and v is None)}
-    body["choices"] = [_raw_choice(c, streamed) if isinstance(c, dict) else c
-                       for c in body["choices"]]
-    return body
-
-
-def _raw_responses(response: dict[str, Any]) -> dict[str, Any]:
-    """`call.response` of a Responses API call: the SDK's dump keeps every field it knows
-    (null where the server sent none, left as they are: clients read them the same), and
-    holds `created_at` as a float, which servers send as an integer."""
-    body = dict(response)
-    for name in ("created_at", "completed_at"):
-        value = body.get(name)
-        if isinstance(value, float) and value.is_integer():
-            body[name] = int(value)
-    return body
-
-
-def _raw_choice(choice: dict[str, Any], streamed: bool) -> dict[str, Any]:
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        return choice
-    message = {k: v for k, v in message.items() if not (k == "parsed" and v is None)}
-    calls = message.get("tool_calls")
-    if isinstance(calls, list):
-        message["tool_calls"] = [_raw_tool_call(c, streamed) if isinstance(c, dict) else c
-                                 for c in calls]
-    return {**choice, "message": message}
-
-
-def _raw_tool_call(call: dict[str, Any], streamed: bool) -> dict[str, Any]:
-    call = {k: v for k, v in call.items() if not (streamed and k == "index")}
-    function = call.get("function")
-    if isinstance(function, dict):
-        call["function"] = {k: v for k, v in function.items()
-                            if not (k == "parsed_arguments" and v is None)}
-    return call
-
-
-def _from_output(output: Any, seed: str) -> dict[str, Any] | None:
-    """A chat.completion body rebuilt from inspect's ModelOutput (no raw response saved)."""
-    if not isinstance(output, dict) or not isinstance(output.get("choices"), list):
-        return None
-    choices = [c for c in output["choices"] if isinstance(c, dict)]
-    if not choices:
-        return None
-    parts = [_output_message(c) for c in choices]
-    return text_response(
-        CHAT_PATH, [p[0] for p in parts],
-        [FINISH.get(str(c.get("stop_reason"))) for c in choices],
-        _output_usage(output.get("usage")),
-        id=output.get("response_id") or synthetic_id("inspect", seed),
-        model=output.get("model"), reasonings=[p[1] for p in parts],
-        tool_calls=[p[2] for p in parts])
-
-
-FINISH = {"stop": "stop", "tool_calls": "tool_calls", "content_filter": "content_filter",
-          "max_tokens": "length", "model_length": "length"}
-
-
-def _output_message(choice: dict[str, Any]) -> tuple[Any, str | None, list[Any] | None]:
-    """(content, reasoning, tool calls) of a ModelOutput choice, in the OpenAI shape."""
-    saved: dict[str, Any] = choice["message"] if isinstance(choice.get("message"), dict) else {}
-    content = saved.get("content")
-    reasoning = None
-    if isinstance(content, list):
-        parts = [p for p in content if isinstance(p, dict)]
-        texts = [p.get("text") for p in parts if p.get("type") == "text"]
-        thoughts = [p.get("reasoning") for p in parts
-                    if p.get("type") == "reasoning" and not p.get("redacted")]
-        content = "\n".join(t for t in texts if isinstance(t, str))
-        if thoughts:
-            reasoning = "\n".join(t for t in thoughts if isinstance(t, str))
-    calls = saved.get("tool_calls")
-    tool_calls = None
-    if isinstance(calls, list) and calls:
-        # inspect keeps the parsed arguments only: they are serialised again here.
-        tool_calls = [
-            {"id": c.get("id"), "type": "function",
-             "function": {"name": c.get("function"), "arguments": json.dumps(c.get("arguments"))}}
-            for c in calls if isinstance(c, dict)]
-    return content, reasoning, tool_calls
-
-
-def _output_usage(usage: Any) -> dict[str, Any] | None:
-    if not isinstance(usage, dict):
-        return None
-    counts = [usage.get(k) for k in ("input_tokens", "output_tokens", "total_tokens")]
-    prompt, completion, total = (c if isinstance(c, int) else -1 for c in counts)
-    if min(prompt, completion, total) < 0:
-        return None
-    cached = sum(usage.get(k) or 0 for k in ("input_tokens_cache_read",
-                                              "input_tokens_cache_write"))
-    out: dict[str, Any] = {"prompt_tokens": prompt + cached, "completion_tokens": completion,
-                           "total_tokens": total}
-    if isinstance(usage.get("reasoning_tokens"), int):
-        out["completion_tokens_details"] = {"reasoning_tokens": usage["reasoning_tokens"]}
-    return out

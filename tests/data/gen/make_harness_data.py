@@ -36,6 +36,10 @@ OUT_INSPECT = REPO / "tests" / "data" / "inspect_ai"
 MODEL = "tiny-model"
 PREFERRED_PORT = 18431
 PY = sys.executable
+GEMINI = "google/gemini-2.5-flash"  # the fake's Gemini API answers any gemini* name
+# the cases that need no tokenizer (the others rebuild it first)
+INSPECT_ONLY = {"inspect_responses", "inspect_responses_stream", "inspect_google",
+                "inspect_google_stream"}
 
 
 def bin_path(name: str) -> str:
@@ -58,7 +62,7 @@ def offline_env(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     for k in list(env):
         if k.lower() in ("http_proxy", "https_proxy", "all_proxy") or k.startswith(
-            ("OPENAI_", "INSPECT_")
+            ("OPENAI_", "INSPECT_", "GOOGLE_", "GEMINI_", "VERTEX")
         ):
             env.pop(k)
     env.update(
@@ -269,9 +273,11 @@ def inspect_case(
     wire = work / "wire.jsonl"
     logs = work / "logs"
     with FakeServer(wire, env) as srv:
-        # openai-api/fake/... reads FAKE_*, openai/... the OpenAI SDK's own variables
+        # openai-api/fake/... reads FAKE_*, openai/... the OpenAI SDK's own variables,
+        # google/... GOOGLE_BASE_URL (the root: the SDK adds the version) and GOOGLE_API_KEY
         env = dict(env, FAKE_BASE_URL=f"{srv.base}/v1", FAKE_API_KEY="fake-key",
-                   OPENAI_BASE_URL=f"{srv.base}/v1")
+                   OPENAI_BASE_URL=f"{srv.base}/v1", GOOGLE_BASE_URL=srv.base,
+                   GOOGLE_API_KEY="fake-key")
         run(
             [
                 bin_path("inspect"),
@@ -391,7 +397,7 @@ def main() -> None:
         default=[],
         help="cases: chat_repeats completions_batch loglikelihood_mc "
         "inspect_arith inspect_arith_json inspect_arith_stream inspect_responses "
-        "inspect_responses_stream",
+        "inspect_responses_stream inspect_google inspect_google_stream",
     )
     ap.add_argument("--keep-tmp", action="store_true")
     a = ap.parse_args()
@@ -399,7 +405,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="harness-data-"))
     env = offline_env(tmp)
     try:
-        if not only or only - {"inspect_responses", "inspect_responses_stream"}:
+        if not only or only - INSPECT_ONLY:
             build_tokenizer()
         lm_eval_cases(tmp, env, only)
         if not only or "inspect_arith" in only:
@@ -416,6 +422,13 @@ def main() -> None:
         if not only or "inspect_responses_stream" in only:
             inspect_case("responses_stream", tmp, env, [*responses, "-M", "streaming=true"],
                          "eval", model=f"openai/{MODEL}")
+        # the google/ provider (google-genai, the Gemini API), thinking on for a gemini-2.5
+        # name; it streams only when asked
+        if not only or "inspect_google" in only:
+            inspect_case("google", tmp, env, [], "eval", model=GEMINI)
+        if not only or "inspect_google_stream" in only:
+            inspect_case("google_stream", tmp, env, ["-M", "streaming=true"], "eval",
+                         model=GEMINI)
         if not only or only & {"chat_repeats", "completions_batch", "loglikelihood_mc"}:
             check_lm_eval()
     finally:
