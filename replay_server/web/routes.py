@@ -10,12 +10,31 @@ from __future__ import annotations
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from starlette.convertors import Convertor, register_url_convertor
 
 from ..errors import BadRequest
 from ..paths import GEMINI_PATH, RESPONSES_PATH
 from ..replay.replayer import Replayer
 from ..wire.families import family_of
 
+
+
+class _ModelName(Convertor[str]):
+    """A model's name in Google's model paths (`org/name` too), never a call of one of its
+    methods (`NAME:embedContent`): a method the replay does not serve is a 404 in Google's
+    envelope, not a 405 from the model's GET route (nor, with a slash after it, a redirect
+    to that route)."""
+
+    regex = r"(?!.*:[A-Za-z]+/?$).+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("model_name", _ModelName())
 router = APIRouter()
 # Google's routes answer errors in Google's envelope (`schema.py` documents it so)
 _GOOGLE_ERRORS = {"x-envelope": (family_of(GEMINI_PATH).error_schema or ("Error",))[0]}
@@ -58,16 +77,16 @@ async def versioned_models(request: Request, version: str) -> Response:
     return _json(_replayer(request).models_body(*_asked(request)))
 
 
-@router.get("/{version}/models/{model:path}", summary="A saved model by its name, in "
+@router.get("/{version}/models/{model:model_name}", summary="A saved model by its name, in "
             "Google's shape (for a request of Google's API)", openapi_extra=_GOOGLE_ERRORS,
             responses={404: {"description": "No saved model of this name, or not a request "
                              "of Google's API"}})
-@router.get("/{version}/publishers/google/models/{model:path}", summary="A saved model by "
+@router.get("/{version}/publishers/google/models/{model:model_name}", summary="A saved model by "
             "its name, in Google's shape, where Vertex AI's clients ask for it",
             openapi_extra=_GOOGLE_ERRORS, responses={404: {"description": "No saved model "
                                                            "of this name"}})
 @router.get("/{version}/projects/{project}/locations/{location}/publishers/google/models/"
-            "{model:path}", summary="A saved model by its name, in Google's shape (Vertex "
+            "{model:model_name}", summary="A saved model by its name, in Google's shape (Vertex "
             "AI's path of a project)", openapi_extra=_GOOGLE_ERRORS,
             responses={404: {"description": "No saved model of this name"}})
 async def model(request: Request, version: str, model: str) -> Response:

@@ -117,13 +117,18 @@ def test_an_unsaved_count_is_an_unanswered_tokenizer_call(client: genai.Client,
     (f"/v1beta/models/{MODEL}:generateContent", {"contents": []}, 400, "INVALID_ARGUMENT"),
     (f"/v1beta/models/{MODEL}:generateContent", [1], 400, "INVALID_ARGUMENT"),
     (f"/v1beta/models/{MODEL}:streamGenerateContent?alt=proto", ASK, 400, "INVALID_ARGUMENT"),
-    (f"/v1beta/models/{MODEL}:embedContent", ASK, 405, "INVALID_ARGUMENT"),  # no such method
+    (f"/v1beta/models/{MODEL}:embedContent", ASK, 404, "NOT_FOUND"),  # a method not served
+    (f"/v1/projects/p/locations/l/publishers/google/models/{MODEL}:predict", ASK, 404,
+     "NOT_FOUND"),
     ("/v1beta/models/gemini-other:generateContent", ASK, 404, "NOT_FOUND"),
 ])
 def test_errors_are_googles_envelope_and_never_retried(
         server: tuple[str, Counting], path: str, body: Any, code: int, status: str) -> None:
+    stats = server[1].app.state.replayer.stats  # type: ignore[attr-defined]
+    failed = stats.failed()
     got = httpx.post(server[0] + path, json=body)
     assert got.status_code == code and got.headers["x-should-retry"] == "false"
+    assert stats.failed() == failed + 1  # `run` fails on it
     assert got.json() == {"error": {"code": code, "message": got.json()["error"]["message"],
                                     "status": status}}
 
