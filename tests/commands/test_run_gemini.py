@@ -68,8 +68,9 @@ def ask(question: str, client: str = "", on_error: str = "raise") -> list[str]:
 def test_the_recorded_session_replays_under_run() -> None:
     result = run(sys.executable, str(SCRIPT), options=())
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["The answer is 16.", "The answer is 10.", "10",
-                                          "The answer is 7.", "The answer is 29."]
+    assert result.stdout.splitlines() == [
+        "The answer is 16.", "The answer is 10.", "10", "The answer is 69.",
+        "The answer is 7.", "The answer is 29.", "The answer is 6."]
     assert REPLAYED in result.stderr
 
 
