@@ -200,10 +200,6 @@ def test_sdk_plain_and_streamed_answers_agree(fake: Fake, client: genai.Client) 
     assert client.models.get(model=MODEL).output_token_limit
 
 
-# google-genai subclasses aiohttp's ClientSession (its async transport whenever aiohttp is
-# installed, as the harness extra has it), which aiohttp 3.14 warns about: not a leak
-@pytest.mark.filterwarnings(
-    "ignore:Inheritance class AiohttpClientSession from ClientSession:DeprecationWarning")
 @pytest.mark.harness
 async def test_sdk_async_answers_as_sync_does(fake: Fake, client: genai.Client) -> None:
     sync = client.models.generate_content(model=MODEL, contents="What is 9 * 8?", config=GREEDY)

@@ -29,10 +29,7 @@ from replay_server.web.recorder import Recorder, create_record_app
 from tests.fakemodel.server import create_app as fake_model
 from tests.support import Counting, running, serving
 
-# google-genai subclasses aiohttp's ClientSession (its async transport whenever aiohttp is
-# installed, as the harness extra has it), which aiohttp 3.14 warns about: not a leak
-pytestmark = [pytest.mark.http, pytest.mark.filterwarnings(
-    "ignore:Inheritance class AiohttpClientSession from ClientSession:DeprecationWarning")]
+pytestmark = pytest.mark.http
 MODEL = "gemini-fake"
 GREEDY = types.GenerateContentConfig(temperature=0)
 THINKING = types.GenerateContentConfig(
