@@ -84,11 +84,18 @@ async def versioned_models(request: Request, version: str) -> Response:
             "its name, in Google's shape, where Vertex AI's clients ask for it",
             openapi_extra=_GOOGLE_ERRORS, responses={404: {"description": "No saved model "
                                                            "of this name"}})
+async def model(request: Request, version: str, model: str) -> Response:
+    headers, path, query = _asked(request)
+    return _json(_replayer(request).model_body(model, headers, path, query))
+
+
 @router.get("/{version}/projects/{project}/locations/{location}/publishers/google/models/"
             "{model:model_name}", summary="A saved model by its name, in Google's shape (Vertex "
             "AI's path of a project)", openapi_extra=_GOOGLE_ERRORS,
             responses={404: {"description": "No saved model of this name"}})
-async def model(request: Request, version: str, model: str) -> Response:
+async def project_model(request: Request, version: str, project: str, location: str,
+                        model: str) -> Response:
+    """(The project and location name no saved run: any is answered alike.)"""
     headers, path, query = _asked(request)
     return _json(_replayer(request).model_body(model, headers, path, query))
 
