@@ -77,9 +77,9 @@ def assert_envelope(response: Any, envelopes: set[str] | None = None) -> str:
     retry = response.headers["x-should-retry"]
     assert (retry[0] if isinstance(retry, list) else retry) == "false"
     error = response.json()["error"]
-    (envelope,) = [e for e in envelopes or {"Error"} if set(error) == ENVELOPES[e]] or [None]
-    assert envelope is not None and error["message"], (envelopes, error)
-    return envelope
+    matched = [e for e in envelopes or {"Error"} if set(error) == ENVELOPES[e]]
+    assert len(matched) == 1 and error["message"], (envelopes, error)
+    return matched[0]
 
 
 @pytest.mark.slow
