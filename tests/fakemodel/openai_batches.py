@@ -102,8 +102,8 @@ def _line_error(number: int, code: str, message: str,
     return {"code": code, "message": message, "param": param, "line": number}
 
 
-def _check_line(number: int, text: str, endpoint: str, seen: dict[str, Any],
-                ) -> dict[str, Any] | tuple[dict[str, Any]]:
+def _check_line(number: int, text: str, endpoint: str,
+                seen: dict[str, Any]) -> dict[str, Any] | tuple[dict[str, Any]]:
     """The request of one input line, or (its error,)."""
     try:
         obj = json.loads(text)
