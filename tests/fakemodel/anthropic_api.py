@@ -39,7 +39,7 @@ from tests.fakemodel.bodies import build_chat
 _STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
 
-def _error(message: str, status: int = 400, kind: str = "invalid_request_error") -> JSONResponse:
+def error(message: str, status: int = 400, kind: str = "invalid_request_error") -> JSONResponse:
     return JSONResponse({"type": "error", "error": {"type": kind, "message": message}},
                         status_code=status, headers={"request-id": "req_fake_error"})
 
@@ -157,12 +157,12 @@ def frame(event: dict[str, Any]) -> str:
 def routes(fm: FakeModel) -> list[Route]:
     async def body_of(request: Request) -> dict[str, Any] | JSONResponse:
         if not request.headers.get("x-api-key") and not request.headers.get("authorization"):
-            return _error("x-api-key header is required", 401, "authentication_error")
+            return error("x-api-key header is required", 401, "authentication_error")
         try:
             body = json.loads(await request.body())
         except ValueError as e:
-            return _error(f"invalid JSON body: {e}")
-        return body if isinstance(body, dict) else _error("body must be a JSON object")
+            return error(f"invalid JSON body: {e}")
+        return body if isinstance(body, dict) else error("body must be a JSON object")
 
     async def create(request: Request) -> Response:
         body = await body_of(request)
@@ -171,7 +171,7 @@ def routes(fm: FakeModel) -> list[Route]:
         try:
             out = build_message(fm, body)
         except (ValueError, TypeError, KeyError) as e:
-            bad = _error(str(e))
+            bad = error(str(e))
             fm.log({"path": request.url.path, "request": body, "status": 400,
                     "response": json.loads(bytes(bad.body))})
             return bad
@@ -195,7 +195,7 @@ def routes(fm: FakeModel) -> list[Route]:
         if isinstance(body, JSONResponse):
             return body
         if not isinstance(body.get("messages"), list):
-            return _error("messages: Field required")
+            return error("messages: Field required")
         tokens = chat_prompt_tokens(chat_messages(body), body.get("tools") or None)
         out = {"input_tokens": tokens}
         fm.log({"path": request.url.path, "request": body, "response": out})

@@ -57,11 +57,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fakemodel.anthropic_api import routes as anthropic_routes
+from tests.fakemodel.anthropic_batches import routes as message_batch_routes
 from tests.fakemodel.behaviour import FakeModel
 from tests.fakemodel.bodies import build_chat, build_completion, chat_chunks, completion_chunks
 from tests.fakemodel.faults import Faults, respond
 from tests.fakemodel.gemini_api import asks_google, model_list
 from tests.fakemodel.gemini_api import routes as gemini_routes
+from tests.fakemodel.openai_batches import routes as batch_routes
 from tests.fakemodel.responses_api import routes as responses_routes
 from tests.fakemodel.tokenizer_api import routes as tokenizer_routes
 
@@ -178,6 +180,8 @@ def create_app(
         *responses_routes(fm),
         *tokenizer_routes(fm),
         *anthropic_routes(fm),
+        *message_batch_routes(),
+        *batch_routes(),
         *gemini_routes(fm),
     ]
     app = Starlette(routes=routes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .anthropic_batch import AnthropicBatchReader
 from .base import LoadContext, Reader
 from .evalscope import EvalscopeReader
 from .inspect_ai import InspectAIReader
@@ -12,8 +13,8 @@ from .oe_eval import OeEvalReader
 from .olmo_eval import OlmoEvalReader
 from .openai_batch import OpenAIBatchReader
 
-READERS: list[Reader] = [NativeReader(), OpenAIBatchReader(), LmEvalReader(),
-                          InspectAIReader(), OlmoEvalReader(), OeEvalReader(),
+READERS: list[Reader] = [NativeReader(), OpenAIBatchReader(), AnthropicBatchReader(),
+                          LmEvalReader(), InspectAIReader(), OlmoEvalReader(), OeEvalReader(),
                           LightevalReader(), EvalscopeReader()]
 
 __all__ = ["READERS", "LoadContext", "Reader"]

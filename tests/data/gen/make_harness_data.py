@@ -39,7 +39,10 @@ PY = sys.executable
 GEMINI = "google/gemini-2.5-flash"  # the fake's Gemini API answers any gemini* name
 # the cases that need no tokenizer (the others rebuild it first)
 INSPECT_ONLY = {"inspect_responses", "inspect_responses_stream", "inspect_google",
-                "inspect_google_stream"}
+                "inspect_google_stream", "inspect_batch", "inspect_batch_anthropic"}
+CLAUDE = "anthropic/claude-fake"  # the fake's Messages API answers any model name
+# inspect's --batch, sent after 0.2 s and polled every 0.2 s (15 s each by default)
+BATCH = {"size": 10, "send_delay": 0.2, "tick": 0.2}
 
 
 def bin_path(name: str) -> str:
@@ -274,10 +277,12 @@ def inspect_case(
     logs = work / "logs"
     with FakeServer(wire, env) as srv:
         # openai-api/fake/... reads FAKE_*, openai/... the OpenAI SDK's own variables,
-        # google/... GOOGLE_BASE_URL (the root: the SDK adds the version) and GOOGLE_API_KEY
+        # google/... GOOGLE_BASE_URL (the root: the SDK adds the version) and GOOGLE_API_KEY,
+        # anthropic/... ANTHROPIC_BASE_URL (the root) and ANTHROPIC_API_KEY
         env = dict(env, FAKE_BASE_URL=f"{srv.base}/v1", FAKE_API_KEY="fake-key",
                    OPENAI_BASE_URL=f"{srv.base}/v1", GOOGLE_BASE_URL=srv.base,
-                   GOOGLE_API_KEY="fake-key")
+                   GOOGLE_API_KEY="fake-key", ANTHROPIC_BASE_URL=srv.base,
+                   ANTHROPIC_API_KEY="fake-key")
         run(
             [
                 bin_path("inspect"),
@@ -397,7 +402,8 @@ def main() -> None:
         default=[],
         help="cases: chat_repeats completions_batch loglikelihood_mc "
         "inspect_arith inspect_arith_json inspect_arith_stream inspect_responses "
-        "inspect_responses_stream inspect_google inspect_google_stream",
+        "inspect_responses_stream inspect_google inspect_google_stream inspect_batch "
+        "inspect_batch_anthropic",
     )
     ap.add_argument("--keep-tmp", action="store_true")
     a = ap.parse_args()
@@ -429,6 +435,16 @@ def main() -> None:
         if not only or "inspect_google_stream" in only:
             inspect_case("google_stream", tmp, env, ["-M", "streaming=true"], "eval",
                          model=GEMINI)
+        # --batch: the openai/ provider's batches of chat completions (Files and Batches
+        # APIs), the anthropic/ provider's Message Batches
+        batch_config = tmp / "batch.json"
+        batch_config.write_text(json.dumps(BATCH))
+        batch = ["--batch", str(batch_config)]
+        if not only or "inspect_batch" in only:
+            inspect_case("batch", tmp, env, [*batch, "-M", "responses_api=false"], "eval",
+                         model=f"openai/{MODEL}")
+        if not only or "inspect_batch_anthropic" in only:
+            inspect_case("batch_anthropic", tmp, env, batch, "eval", model=CLAUDE)
         if not only or only & {"chat_repeats", "completions_batch", "loglikelihood_mc"}:
             check_lm_eval()
     finally:

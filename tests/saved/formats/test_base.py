@@ -96,7 +96,7 @@ def test_litellm_provider_prefixes_are_stripped_only_when_known() -> None:
 DATA = Path(__file__).parents[2] / "data"
 READER_OF = {"evalscope": "evalscope", "inspect_ai": "inspect_ai", "lighteval": "lighteval",
              "lm_eval": "lm-eval", "oe_eval": "oe-eval", "olmo_eval": "olmo-eval",
-             "openai_batch": "openai-batch"}
+             "openai_batch": "openai-batch", "anthropic_batch": "anthropic-batch"}
 
 
 @pytest.mark.parametrize("folder", sorted(READER_OF))

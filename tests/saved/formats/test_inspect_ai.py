@@ -298,8 +298,9 @@ def test_inspect_and_convert(tmp_path: Path) -> None:
     human = subprocess.run([*cli, "inspect", DATA], capture_output=True, text=True, cwd=ROOT,
                            check=True).stdout
     # 7 chat prompts (4 logs), 8 Responses API prompts (2 logs: the tool call's follow-up
-    # echoes the call item's id, which differs between the two runs)
-    assert "model tiny-model: 42 records, 15 prompts" in human
+    # echoes the call item's id, which differs between the two runs), 7 chat prompts of the
+    # `openai/` provider's --batch log (its system prompt is a `developer` message)
+    assert "model tiny-model: 49 records, 22 prompts" in human
     out = tmp_path / "inspect.jsonl"
     subprocess.run([*cli, "convert", DATA, "-o", out], cwd=ROOT, check=True,
                    capture_output=True)
