@@ -37,10 +37,12 @@ from ..errors import BadRequest, ReplayServerError
 from ..index.index import Index
 from ..index.samples import Rules
 from ..paths import MODELS_PATH, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
+from ..replay.batches import Store
 from ..replay.replayer import Replayer
 from ..saved.local_tokenizer import LocalTokenizer
 from ..settings import Settings
 from ..wire.families import ENDPOINTS, endpoint_for, error_body_of
+from .batches import router as batches_router
 from .endpoint import ReplayEndpoint, authorized, internal_error, unauthorized
 from .recorder import Recorder
 from .routes import router
@@ -217,6 +219,8 @@ def create_app(settings: Settings, index: Index, recorder: Recorder | None = Non
     for (method, path), endpoint in endpoints.items():
         app.router.routes.append(Route(path, endpoint, methods=[method]))
     app.include_router(router)
+    app.include_router(batches_router)
+    app.state.batches = Store(replayer, settings.max_upload_size, settings.max_batches)
     app.fast_paths = endpoints
     app.replayer = replayer
     app.api_key = api_key

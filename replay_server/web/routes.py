@@ -18,7 +18,6 @@ from ..replay.replayer import Replayer
 from ..wire.families import family_of
 
 
-
 class _ModelName(Convertor[str]):
     """A model's name in Google's model paths (`org/name` too), never a call of one of its
     methods (`NAME:embedContent`): a method the replay does not serve is a 404 in Google's
