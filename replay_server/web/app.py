@@ -42,6 +42,7 @@ from ..replay.replayer import Replayer
 from ..saved.local_tokenizer import LocalTokenizer
 from ..settings import Settings
 from ..wire.families import ENDPOINTS, endpoint_for, error_body_of
+from .batches import PATHS as BATCH_PATHS
 from .batches import router as batches_router
 from .endpoint import ReplayEndpoint, authorized, internal_error, unauthorized
 from .recorder import Recorder
@@ -80,10 +81,14 @@ def _counted(scope: Scope) -> bool:
     wherever it goes: a POST to a misspelled path is a generation asked for and not had. A
     read of any other route (a probe of the base URL, `GET /v1/`; a model by its id) is
     answered as a real server answers it, an unknown route with a 404, and is no miss. (A
-    generation endpoint with parameters in its path, Gemini's, by `endpoint_for`.)"""
+    generation endpoint with parameters in its path, Gemini's, by `endpoint_for`.) A
+    batch protocol's routes (`batches.PATHS`: /v1/messages/batches extends the path of
+    Anthropic's endpoint) are not below an endpoint: their reads are reads, and each line
+    of a batch is counted as a request of its own (replay/batches/store.py)."""
     path: str = scope["path"]
-    return scope["method"] not in READS or path in ENDPOINTS or path.startswith(
-        BELOW_ENDPOINTS) or endpoint_for(path, _query(scope)) is not None
+    return scope["method"] not in READS or path in ENDPOINTS or (
+        path.startswith(BELOW_ENDPOINTS) and not path.startswith(BATCH_PATHS)
+    ) or endpoint_for(path, _query(scope)) is not None
 
 
 class ReplayApp(FastAPI):

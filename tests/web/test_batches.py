@@ -101,6 +101,7 @@ def test_an_openai_batch_answers_each_line_as_the_request_alone(
     assert lines[0]["response"]["status_code"] == 200 and lines[0]["error"] is None
     status = server[1].status()["models"][MODEL]
     assert status["hits"] == 3 and status["replay_no_match"] == 0
+    assert server[1].stats.in_flight() == 0  # (each call and line has its outcome)
 
 
 def test_a_changed_prompt_is_an_errored_line_and_a_counted_miss(
@@ -178,11 +179,11 @@ def test_an_anthropic_batch_answers_each_request_as_alone(
     assert batch.request_counts.succeeded == 1 and batch.request_counts.errored == 1
     assert claude.messages.batches.retrieve(batch.id) == batch
     results = {r.custom_id: r.result for r in claude.messages.batches.results(batch.id)}
-    alone = claude.messages.create(**params("capital of France?"))  # type: ignore[call-overload]
+    alone = claude.messages.create(**params("capital of France?"))
     assert results["fr"].type == "succeeded" and results["fr"].message == alone
     assert results["it"].type == "errored"
     assert results["it"].error.error.message.startswith("replay_no_match")
-    assert server[1].stats.failed() == 1
+    assert server[1].stats.failed() == 1 and server[1].stats.in_flight() == 0
     assert [b.id for b in claude.messages.batches.list()] == [batch.id]
     assert claude.messages.batches.cancel(batch.id).processing_status == "ended"
     assert claude.messages.batches.delete(batch.id).type == "message_batch_deleted"
