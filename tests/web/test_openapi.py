@@ -189,22 +189,23 @@ async def answered(settings: Settings, headers: dict[str, str],
     return schema, seen
 
 
+def _settings(api_key: str | None) -> Settings:
+    return Settings(max_body_size=4000, api_key=api_key, max_upload_size=4000, max_batches=1)
+
+
 @pytest.mark.parametrize("api_key", [None, "sesame"])
 async def test_the_schema_lists_what_each_route_answers(api_key: str | None) -> None:
-    schema, seen = await answered(Settings(max_body_size=4000, api_key=api_key, max_upload_size=4000,
-                                           max_batches=1),
+    schema, seen = await answered(_settings(api_key),
                                   {"authorization": f"Bearer {api_key}"} if api_key else {})
     assert set(documented(schema)) == set(REQUESTS)  # every route, and a test of each
     # and once more with no recorded tokenizer answer (GET /tokenizer_info is then a 404)
-    _, unrecorded = await answered(Settings(max_body_size=4000, api_key=api_key, max_upload_size=4000,
-                                           max_batches=1),
+    _, unrecorded = await answered(_settings(api_key),
                                    {"authorization": f"Bearer {api_key}"} if api_key else {},
                                    RECORDS[:3])
     for route, statuses in unrecorded.items():
         seen[route] |= statuses
     if api_key:  # and once more without the key: refused but /health
-        _, refused = await answered(Settings(max_body_size=4000, api_key=api_key, max_upload_size=4000,
-                                           max_batches=1), {})
+        _, refused = await answered(_settings(api_key), {})
         for route, statuses in refused.items():
             seen[route] |= statuses
     assert documented(schema) == seen
