@@ -203,3 +203,32 @@ def test_an_anthropic_batch_that_streams_is_refused_whole(claude: anthropic.Anth
     # Anthropic's envelope below /v1/messages, whatever headers are sent
     gone = httpx.get(server[0] + "/messages/batches/msgbatch_nope")
     assert gone.status_code == 404 and gone.json()["type"] == "error"
+
+
+def test_an_anthropic_result_holds_the_single_answer_s_bytes(
+        claude: anthropic.Anthropic, server: tuple[str, Any]) -> None:
+    made = claude.messages.batches.create(requests=[
+        {"custom_id": "fr", "params": params("capital of France?")}])  # type: ignore[typeddict-item]
+    root = server[0].removesuffix("/v1")
+    raw = httpx.get(f"{root}/v1/messages/batches/{made.id}/results").content
+    alone = httpx.post(f"{root}/v1/messages", json=params("capital of France?"),
+                       headers={"anthropic-version": "2023-06-01"}).content
+    assert raw == b'{"custom_id":"fr","result":{"type":"succeeded","message":' + alone + b"}}\n"
+
+
+def test_a_big_upload_comes_back_byte_for_byte() -> None:
+    """Over 1 MB (where a form reader would spool it to disk): read in memory, whole."""
+    data = jsonl(*(chat_line(f"q{i}", "2+2?" + " " * 1000) for i in range(2000)))
+    app = create_app(Settings(), build(RECORDS))
+    with running(app) as url, openai.OpenAI(base_url=url, api_key="x") as client:
+        uploaded = client.files.create(file=("big.jsonl", io.BytesIO(data)), purpose="batch")
+        assert uploaded.bytes == len(data) > 2_000_000
+        assert client.files.content(uploaded.id).content == data
+
+
+def test_batches_refuse_several_workers() -> None:
+    app = create_app(Settings(workers=2), build(RECORDS))
+    with running(app) as url:
+        error = assert_error(httpx.post(url + "/files", files={"file": ("a", b"{}")},
+                                        data={"purpose": "batch"}), 400)
+        assert "--workers 1" in error["message"]

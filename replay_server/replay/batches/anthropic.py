@@ -40,7 +40,8 @@ class AnthropicBatches:
         except orjson.JSONDecodeError as e:
             raise BadRequest(f"the request body is not valid JSON: {e}") from None
         requests = wire.requests_of(data)
-        job = self.store.add_job(Job(new_id(PREFIX), int(time.time()), wire.ENDPOINT, []))
+        job = self.store.add_job(Job(new_id(PREFIX), int(time.time()), wire.ENDPOINT, []),
+                                 PREFIX)
         job.outcomes = self.store.answer(wire.ENDPOINT, requests, headers)
         return self._object(job, base)
 

@@ -76,7 +76,7 @@ class OpenAIBatches:
         source = self.store.file(file_id)
         job = Job(new_id(PREFIX), int(time.time()), endpoint, [], input_file_id=file_id,
                   metadata=metadata, completion_window=window)
-        self.store.add_job(job)
+        self.store.add_job(job, PREFIX)
         lines, job.problems = wire.read_lines(source.data, endpoint)
         if job.problems:
             first = job.problems[0]

@@ -91,8 +91,9 @@ class Store:
         self.file(file_id)
         del self.files[file_id]
 
-    def add_job(self, job: Job) -> Job:
-        self._room([j for j in self.jobs.values() if j.id[:5] == job.id[:5]], "batches")
+    def add_job(self, job: Job, prefix: str) -> Job:
+        """Keep a batch of the API whose ids begin with `prefix` (capped per API)."""
+        self._room(self.newest(prefix), "batches")
         self.jobs[job.id] = job
         return job
 
