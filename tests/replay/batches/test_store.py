@@ -9,7 +9,7 @@ import pytest
 
 from replay_server.errors import NotFound, PayloadTooLarge
 from replay_server.index.samples import Rules
-from replay_server.paths import CHAT_PATH, MESSAGES_PATH
+from replay_server.paths import CHAT_PATH, COMPLETION_PATH, MESSAGES_PATH, RESPONSES_PATH
 from replay_server.replay.batches import AnthropicBatches, OpenAIBatches, Store
 from replay_server.replay.replayer import Replayer
 from tests.support import (
@@ -17,10 +17,13 @@ from tests.support import (
     build,
     chat_record,
     chat_response,
+    completion_record,
+    completion_response,
     message_record,
     message_response,
     user,
 )
+from tests.web.test_http import responses_record
 
 RECORDS = [chat_record("a?", chat_response("A", "A2"), line=1, n=2),
            chat_record("b?", chat_response("B"), line=2),
@@ -97,3 +100,16 @@ def test_the_caps_are_413_and_deleting_makes_room() -> None:
     assert claude.delete(made["id"])["type"] == "message_batch_deleted"
     with pytest.raises(NotFound):
         claude.batch(made["id"], "http://h/")
+
+
+def test_completions_and_responses_lines_are_answered_by_their_family() -> None:
+    s = Store(Replayer(build([
+        completion_record("p", completion_response(" q")), responses_record()]), Rules()),
+        1 << 20, 10)
+    alone = s.replayer  # (the same request sent alone afterwards)
+    completion = orjson.dumps({"model": MODEL, "prompt": "p"})
+    response = orjson.dumps({"model": MODEL, "input": "hi"})
+    [c] = s.answer(COMPLETION_PATH, [("c", completion)], [])
+    [r] = s.answer(RESPONSES_PATH, [("r", response)], [])
+    assert c.body == alone.handle(COMPLETION_PATH, completion).body
+    assert r.body == alone.handle(RESPONSES_PATH, response).body
