@@ -49,8 +49,10 @@ def _boundary(content_type: str) -> str:
 
 def read_form(content_type: str, body: bytes) -> dict[str, Part]:
     """The form's parts by their field name (the first of a name); BadRequest for a body
-    that is no such form."""
+    that is no such form, or one cut short: a form ends with its closing boundary, and a
+    file without it may have lost lines (the parser would keep what came as the file)."""
     parts: list[Part] = []
+    ended: list[bool] = []
 
     def begin() -> None:
         parts.append(Part())
@@ -62,12 +64,16 @@ def read_form(content_type: str, body: bytes) -> dict[str, Part]:
         "on_part_begin": begin, "on_part_data": data,
         "on_header_field": lambda d, s, e: parts[-1].header_field(d, s, e),
         "on_header_value": lambda d, s, e: parts[-1].header_value(d, s, e),
-        "on_header_end": lambda: parts[-1].header_end()})
+        "on_header_end": lambda: parts[-1].header_end(),
+        "on_end": lambda: ended.append(True)})
     try:
         parser.write(body)
         parser.finalize()
     except FormParserError as e:
         raise BadRequest(f"the upload's form cannot be read: {e}") from None
+    if not ended:
+        raise BadRequest("the upload's form is cut short: it ends before its closing "
+                         "boundary, so its file may have lost lines; send it again")
     found: dict[str, Part] = {}
     for part in parts:
         name = part.param("name")
