@@ -232,3 +232,21 @@ def test_batches_refuse_several_workers() -> None:
         error = assert_error(httpx.post(url + "/files", files={"file": ("a", b"{}")},
                                         data={"purpose": "batch"}), 400)
         assert "--workers 1" in error["message"]
+
+
+def test_the_batch_api_s_own_beta_is_not_a_beta_of_each_request(
+        claude: anthropic.Anthropic, server: tuple[str, Any]) -> None:
+    """Older SDKs send `anthropic-beta: message-batches-2024-09-24` on every batch call: it
+    switches the batch API on, and no request sent alone carries it, so it is no part of a
+    request's key; a beta of the messages' own still is."""
+    made = claude.beta.messages.batches.create(
+        requests=[{"custom_id": "fr", "params": params("capital of France?")}],  # type: ignore[typeddict-item]
+        betas=["message-batches-2024-09-24"])
+    assert made.request_counts.succeeded == 1
+    [result] = claude.beta.messages.batches.results(made.id)
+    assert result.result.type == "succeeded" and result.result.message.id == "msg_a"
+    other = claude.beta.messages.batches.create(
+        requests=[{"custom_id": "fr", "params": params("capital of France?")}],  # type: ignore[typeddict-item]
+        betas=["message-batches-2024-09-24", "output-128k-2025-02-19"])
+    assert other.request_counts.errored == 1  # (saved without that beta)
+    assert server[1].stats.failed() == 1

@@ -33,7 +33,8 @@ class AnthropicBatches:
     def create(self, body: bytes, headers: list[tuple[bytes, bytes]], base: str
                ) -> dict[str, Any]:
         """Every request answered as a Messages request sent alone with these headers
-        (the create request's: `anthropic-beta` applies to each, as it does upstream)."""
+        (the create request's: `anthropic-beta` applies to each, as it does upstream,
+        but for the batch API's own beta: `wire.request_headers`)."""
         self.store.check_size(len(body))
         try:
             data = orjson.loads(body)
@@ -42,7 +43,8 @@ class AnthropicBatches:
         requests = wire.requests_of(data)
         job = self.store.add_job(Job(new_id(PREFIX), int(time.time()), wire.ENDPOINT, []),
                                  PREFIX)
-        job.outcomes = self.store.answer(wire.ENDPOINT, requests, headers)
+        job.outcomes = self.store.answer(wire.ENDPOINT, requests,
+                                         wire.request_headers(headers))
         return self._object(job, base)
 
     def batch(self, batch_id: str, base: str) -> dict[str, Any]:

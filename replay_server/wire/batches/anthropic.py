@@ -22,6 +22,8 @@ from .job import DAY, Job, Outcome, rfc3339
 
 ENDPOINT = MESSAGES_PATH  # where each request of a batch goes
 CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+BETA = b"anthropic-beta"
+BATCH_BETA = b"message-batches-"  # the batch API's own beta: message-batches-2024-09-24
 
 
 def _request(i: int, item: Any) -> tuple[str, bytes]:
@@ -60,6 +62,23 @@ def requests_of(data: Any) -> list[tuple[str, bytes]]:
                              param=f"requests.{i}.custom_id")
         found[custom_id] = i
         out.append((custom_id, params))
+    return out
+
+
+def request_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The headers each request of a batch is sent with: the create request's (a beta it
+    names applies to every request, as upstream), but for the batch API's own beta,
+    `message-batches-2024-09-24`, which older SDKs send on every batch call: it switched
+    the batch API on, not a feature of a message, and a request sent alone never
+    carries it (so it is no part of the request's key)."""
+    out = []
+    for name, value in headers:
+        if name.lower() == BETA:
+            value = b",".join(n.strip() for n in value.split(b",")
+                              if n.strip() and not n.strip().startswith(BATCH_BETA))
+            if not value:
+                continue
+        out.append((name, value))
     return out
 
 

@@ -7,7 +7,12 @@ import orjson
 import pytest
 
 from replay_server.errors import BadRequest
-from replay_server.wire.batches.anthropic import batch_object, requests_of, result_line
+from replay_server.wire.batches.anthropic import (
+    batch_object,
+    request_headers,
+    requests_of,
+    result_line,
+)
 from replay_server.wire.batches.job import Job, Outcome
 
 PARAMS = {"model": "m", "max_tokens": 5, "messages": []}
@@ -42,3 +47,11 @@ def test_a_batch_has_ended_and_its_results_are_lines() -> None:
     assert result_line(job.outcomes[0]) == (
         b'{"custom_id":"a","result":{"type":"succeeded","message":{"id":"msg"}}}\n')
     assert orjson.loads(result_line(job.outcomes[1]))["result"]["type"] == "errored"
+
+
+def test_each_request_has_the_create_headers_but_the_batch_api_s_beta() -> None:
+    sent = [(b"anthropic-beta", b"message-batches-2024-09-24, output-128k-2025-02-19"),
+            (b"x-api-key", b"k")]
+    assert request_headers(sent) == [(b"anthropic-beta", b"output-128k-2025-02-19"),
+                                     (b"x-api-key", b"k")]
+    assert request_headers([(b"Anthropic-Beta", b"message-batches-2024-09-24")]) == []
