@@ -68,6 +68,9 @@ def test_a_batch_with_every_line_saved_passes(saved: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "['succeeded']" in result.stdout
     assert "every request was answered from the saved run" in result.stderr
+    # 3 lines and 3 calls (an upload, two creates): every request the report counts named
+    assert "requests: 6 (3 answered from the saved run, 0 got no saved generation, 3 " \
+        "batch call(s))" in result.stderr
 
 
 @pytest.mark.slow
