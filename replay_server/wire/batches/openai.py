@@ -27,6 +27,7 @@ from .job import DAY, Job, Outcome
 ENDPOINTS = (CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH)
 PURPOSES = ("batch",)  # what an upload may be for here: a batch's input
 FILE_DAYS = 30  # a batch file expires 30 days after its upload (the API's default)
+METADATA_PAIRS, METADATA_KEY, METADATA_VALUE = 16, 64, 512  # the API's limits
 
 
 class Line(NamedTuple):
@@ -110,10 +111,22 @@ def create_fields(data: Any) -> tuple[str, str, str, dict[str, Any] | None]:
     if data["completion_window"] != "24h":
         raise BadRequest("`completion_window` must be \"24h\"", param="completion_window")
     metadata = data.get("metadata")
-    if metadata is not None and not (isinstance(metadata, dict) and all(
-            isinstance(v, str) for v in metadata.values())):
-        raise BadRequest("`metadata` must be an object of strings", param="metadata")
+    if metadata is not None:
+        _check_metadata(metadata)
     return data["input_file_id"], data["endpoint"], "24h", metadata
+
+
+def _check_metadata(metadata: Any) -> None:
+    """The API's limits on `metadata` (its SDK's words: 16 pairs, keys of at most 64
+    characters, values of at most 512): a batch the API would refuse is refused here."""
+    if not isinstance(metadata, dict) or not all(isinstance(v, str)
+                                                 for v in metadata.values()):
+        raise BadRequest("`metadata` must be an object of strings", param="metadata")
+    if len(metadata) > METADATA_PAIRS or any(
+            len(k) > METADATA_KEY or len(v) > METADATA_VALUE for k, v in metadata.items()):
+        raise BadRequest(f"`metadata`: at most {METADATA_PAIRS} pairs, keys of at most "
+                         f"{METADATA_KEY} characters, values of at most {METADATA_VALUE}",
+                         param="metadata")
 
 
 def file_object(file_id: str, filename: str, size: int, created: int, purpose: str

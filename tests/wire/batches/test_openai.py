@@ -71,3 +71,15 @@ def test_a_batch_ends_at_its_creation_and_its_lines_embed_the_bodies() -> None:
     job.problems = [{"code": "c", "message": "m", "line": 1, "param": None}]
     assert batch_object(job)["status"] == "failed"
     assert batch_object(job)["errors"]["data"][0]["line"] == 1
+
+
+@pytest.mark.parametrize("metadata", [
+    {f"k{i}": "v" for i in range(17)}, {"k" * 65: "v"}, {"k": "v" * 513}])
+def test_metadata_past_the_api_s_limits_is_refused(metadata: dict[str, str]) -> None:
+    """16 pairs, keys of at most 64 characters, values of at most 512, as the API checks:
+    a script that the API would refuse is not answered here."""
+    good = {"input_file_id": "file-1", "endpoint": URL, "completion_window": "24h"}
+    assert create_fields({**good, "metadata": {"k" * 64: "v" * 512}})[3] is not None
+    with pytest.raises(BadRequest) as raised:
+        create_fields({**good, "metadata": metadata})
+    assert raised.value.param == "metadata"
