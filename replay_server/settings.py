@@ -65,7 +65,8 @@ class Settings:
         "stops.")
     max_batches: int = _setting(
         DEFAULT_MAX_BATCHES, "Most uploaded files, and most batches, held at once; past "
-        "it, an upload or a new batch gets 413 (delete those no longer needed).")
+        "it, an upload or a new batch gets 413 (delete those no longer needed; OpenAI's "
+        "batches cannot be deleted: restart).")
     read_timeout: float = _setting(
         DEFAULT_READ_TIMEOUT, "Seconds a client has to send a whole request (headers and "
         "body) from its first byte; a slower one is disconnected, so that trickling "

@@ -21,6 +21,7 @@ from ...wire.batches.job import Job, page
 from .store import Store, new_id
 
 PREFIX = "msgbatch_"
+FREE = "delete those it no longer needs (DELETE /v1/messages/batches/{id})"
 
 
 class AnthropicBatches:
@@ -42,7 +43,7 @@ class AnthropicBatches:
             raise BadRequest(f"the request body is not valid JSON: {e}") from None
         requests = wire.requests_of(data)
         job = self.store.add_job(Job(new_id(PREFIX), int(time.time()), wire.ENDPOINT, []),
-                                 PREFIX)
+                                 PREFIX, FREE)
         job.outcomes = self.store.answer(wire.ENDPOINT, requests,
                                          wire.request_headers(headers))
         return self._object(job, base)

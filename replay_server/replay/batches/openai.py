@@ -22,6 +22,8 @@ from ...wire.batches.job import Job, page
 from .store import Store, StoredFile, new_id
 
 PREFIX = "batch_"
+# (the API deletes no batch: what its 413 past --max-batches says)
+FREE = "OpenAI's Batches API deletes none; restart the server, or raise --max-batches"
 
 
 def _file(stored: StoredFile) -> dict[str, Any]:
@@ -76,7 +78,7 @@ class OpenAIBatches:
         source = self.store.file(file_id)
         job = Job(new_id(PREFIX), int(time.time()), endpoint, [], input_file_id=file_id,
                   metadata=metadata, completion_window=window)
-        self.store.add_job(job, PREFIX)
+        self.store.add_job(job, PREFIX, FREE)
         lines, job.problems = wire.read_lines(source.data, endpoint)
         if job.problems:
             first = job.problems[0]

@@ -62,12 +62,11 @@ class Store:
                                   f"uploads of at most {self.max_upload} bytes in memory "
                                   "(--max-upload-size): split the batch")
 
-    def _room(self, held: Sequence[object], what: str) -> None:
+    def _room(self, held: Sequence[object], what: str, free: str) -> None:
+        """PayloadTooLarge past --max-batches, saying what frees room (`free`)."""
         if len(held) >= self.max_held:
             raise PayloadTooLarge(f"this server already keeps {self.max_held} {what} in "
-                                  "memory (--max-batches): delete some it no longer needs "
-                                  "(DELETE /v1/files/{id}, /v1/messages/batches/{id}), or "
-                                  "restart it")
+                                  f"memory (--max-batches): {free}")
 
     def add_file(self, filename: str, purpose: str, data: bytes, output: bool = False
                  ) -> StoredFile:
@@ -75,7 +74,8 @@ class Store:
         is part of its batch, and is not)."""
         if not output:
             self.check_size(len(data))
-            self._room([f for f in self.files.values() if not f.output], "files")
+            self._room([f for f in self.files.values() if not f.output], "files",
+                       "delete those it no longer needs (DELETE /v1/files/{id})")
         stored = StoredFile(new_id("file-"), filename, purpose, int(time.time()), data,
                             output)
         self.files[stored.id] = stored
@@ -91,9 +91,10 @@ class Store:
         self.file(file_id)
         del self.files[file_id]
 
-    def add_job(self, job: Job, prefix: str) -> Job:
-        """Keep a batch of the API whose ids begin with `prefix` (capped per API)."""
-        self._room(self.newest(prefix), "batches")
+    def add_job(self, job: Job, prefix: str, free: str) -> Job:
+        """Keep a batch of the API whose ids begin with `prefix` (capped per API; `free`:
+        what frees room in that API)."""
+        self._room(self.newest(prefix), "batches", free)
         self.jobs[job.id] = job
         return job
 

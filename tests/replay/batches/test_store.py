@@ -113,3 +113,24 @@ def test_completions_and_responses_lines_are_answered_by_their_family() -> None:
     [r] = s.answer(RESPONSES_PATH, [("r", response)], [])
     assert c.body == alone.handle(COMPLETION_PATH, completion).body
     assert r.body == alone.handle(RESPONSES_PATH, response).body
+
+
+def test_each_cap_says_what_frees_its_room() -> None:
+    """Files and Anthropic's batches are deleted; OpenAI's API deletes no batch, so the
+    only way on is a restart or a higher --max-batches, and the 413 says that."""
+    s = store(held=1)
+    s.add_file("a", "batch", b"{}")
+    with pytest.raises(PayloadTooLarge, match=r"DELETE /v1/files/\{id\}"):
+        s.add_file("b", "batch", b"{}")
+    openai = OpenAIBatches(s)
+    create = orjson.dumps({"input_file_id": next(iter(s.files)), "endpoint": CHAT_PATH,
+                           "completion_window": "24h"})
+    openai.create(create)
+    with pytest.raises(PayloadTooLarge) as raised:
+        openai.create(create)
+    assert "restart" in raised.value.message and "DELETE" not in raised.value.message
+    claude = AnthropicBatches(s)
+    body = orjson.dumps({"requests": [{"custom_id": "m", "params": {}}]})
+    claude.create(body, [], "http://h/")
+    with pytest.raises(PayloadTooLarge, match=r"DELETE /v1/messages/batches/\{id\}"):
+        claude.create(body, [], "http://h/")
