@@ -18,7 +18,8 @@ import orjson
 from ...errors import BadRequest
 from ...paths import MESSAGES_PATH
 from ..json_types import type_name
-from .job import DAY, Job, Outcome, rfc3339
+from ..keys import Unkeyable
+from .job import DAY, Job, Outcome, request_body, rfc3339
 
 ENDPOINT = MESSAGES_PATH  # where each request of a batch goes
 CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
@@ -41,7 +42,10 @@ def _request(i: int, item: Any) -> tuple[str, bytes]:
     if params.get("stream") is True:
         raise BadRequest(f"{where}.params.stream: a batch's requests cannot stream",
                          param=f"{where}.params.stream")
-    return custom_id, orjson.dumps(params)
+    try:
+        return custom_id, request_body(params, f"{where}.params")
+    except Unkeyable as e:
+        raise e.bad_request() from None
 
 
 def requests_of(data: Any) -> list[tuple[str, bytes]]:

@@ -13,6 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import orjson
+
+from ..keys import Unkeyable
+
 DAY = 24 * 3600  # both APIs: a batch expires 24 hours after it was created
 T = TypeVar("T")
 
@@ -55,6 +59,16 @@ class Job:
         """(lines answered from the saved run, lines errored)."""
         ok = sum(1 for o in self.outcomes if o.ok)
         return ok, len(self.outcomes) - ok
+
+
+def request_body(value: dict[str, Any], where: str) -> bytes:
+    """A batch's request, as the body its endpoint is sent alone. Unkeyable naming
+    `where` for one nested past what orjson writes (it reads deeper than it writes: a
+    request nested so deep is no request a replay keys, and was an internal error)."""
+    try:
+        return orjson.dumps(value)
+    except (orjson.JSONEncodeError, RecursionError):
+        raise Unkeyable(where) from None
 
 
 def rfc3339(when: int) -> str:

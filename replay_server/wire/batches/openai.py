@@ -20,7 +20,8 @@ import orjson
 from ...errors import BadRequest
 from ...paths import CHAT_PATH, COMPLETION_PATH, RESPONSES_PATH
 from ..json_types import type_name
-from .job import DAY, Job, Outcome
+from ..keys import Unkeyable
+from .job import DAY, Job, Outcome, request_body
 
 # The endpoints a batch's lines may go to that a replay answers (the API has more:
 # embeddings, moderations, images; a batch of those is refused when it is created).
@@ -69,7 +70,10 @@ def _line(number: int, text: bytes, endpoint: str) -> Line | dict[str, Any]:
     if body.get("stream") is True:  # (its answer is a line of the output file)
         return _problem("invalid_request", "`body.stream`: a batch's requests cannot "
                         "stream", number, "body.stream")
-    return Line(number, custom_id, orjson.dumps(body))
+    try:
+        return Line(number, custom_id, request_body(body, "body"))
+    except Unkeyable as e:
+        return _problem("invalid_request", str(e), number, "body")
 
 
 def read_lines(data: bytes, endpoint: str) -> tuple[list[Line], list[dict[str, Any]]]:

@@ -55,3 +55,11 @@ def test_each_request_has_the_create_headers_but_the_batch_api_s_beta() -> None:
     assert request_headers(sent) == [(b"anthropic-beta", b"output-128k-2025-02-19"),
                                      (b"x-api-key", b"k")]
     assert request_headers([(b"Anthropic-Beta", b"message-batches-2024-09-24")]) == []
+
+
+def test_params_nested_past_what_json_is_written_with_are_refused_naming_them() -> None:
+    """orjson reads 1024 levels but writes 254: such params were a 500 (a TypeError)."""
+    deep = {**PARAMS, "messages": orjson.loads(b"[" * 300 + b"]" * 300)}
+    with pytest.raises(BadRequest) as raised:
+        requests_of({"requests": [{"custom_id": "a", "params": deep}]})
+    assert raised.value.param == "requests.0.params" and "nests" in raised.value.message

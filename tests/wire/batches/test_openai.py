@@ -83,3 +83,15 @@ def test_metadata_past_the_api_s_limits_is_refused(metadata: dict[str, str]) -> 
     with pytest.raises(BadRequest) as raised:
         create_fields({**good, "metadata": metadata})
     assert raised.value.param == "metadata"
+
+
+def test_a_body_nested_past_what_json_is_written_with_fails_the_batch_naming_it() -> None:
+    """orjson reads 1024 levels but writes 254: such a line was a 500 for the whole batch
+    (a TypeError), not a line refused with its number (a request sent alone with it is a
+    400: too deep to be keyed)."""
+    deep = b'{"custom_id":"a","method":"POST","url":"' + URL.encode() + \
+        b'","body":{"prompt":' + b"[" * 300 + b"]" * 300 + b"}}"
+    lines, [problem] = read_lines(line("b") + b"\n" + deep, URL)
+    assert [ln.custom_id for ln in lines] == ["b"]
+    assert (problem["line"], problem["param"]) == (2, "body")
+    assert "nests" in problem["message"]
