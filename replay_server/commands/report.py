@@ -31,9 +31,12 @@ def report(replayer: Replayer, stopped: bool = False) -> list[str]:
     resets = f", {stats.resets} reset(s)" if stats.resets else ""
     sent = sum(sum(c.values()) for c in stats.forwarded.values())
     upstream = f", {sent} forwarded upstream" if sent else ""
+    # (uploads, creates, cancels, deletions: no generation of their own; their lines are
+    # requests, counted among the others)
+    calls = f", {stats.calls} batch call(s)" if stats.calls else ""
     lines = ["replay report:", f"  requests: {stats.with_outcome()} ({stats.answered} "
              f"answered from the saved run, {stats.failed()} got no saved generation"
-             f"{upstream}{resets})"]
+             f"{upstream}{calls}{resets})"]
     lines += tokenizer_lines(replayer)
     lines += unanswered_lines(replayer, stopped)
     for name, outcome in stats.per_model().items():
