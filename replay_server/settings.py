@@ -15,6 +15,9 @@ ENV_PREFIX = "REPLAY_SERVER_"
 DEFAULT_MAX_LINE = 128 * 1024 * 1024
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
 DEFAULT_READ_TIMEOUT = 60.0
+# Batch inputs (issue 32): OpenAI takes files of up to 200 MB, Anthropic bodies of 256 MB.
+DEFAULT_MAX_UPLOAD = 256 * 1024 * 1024
+DEFAULT_MAX_BATCHES = 10_000
 
 
 def _setting(default: Any, help: str, *, secret: bool = False, **extra: Any) -> Any:
@@ -55,6 +58,14 @@ class Settings:
         metavar="KEY")
     max_body_size: int = _setting(
         DEFAULT_MAX_BODY, "Largest request body accepted, in bytes; larger ones get 413.")
+    max_upload_size: int = _setting(
+        DEFAULT_MAX_UPLOAD, "Largest batch input kept, in bytes: a file uploaded to "
+        "/v1/files, or a body sent to /v1/messages/batches; larger ones get 413. Batch "
+        "inputs and outputs are held in memory only, until deleted or until the server "
+        "stops.")
+    max_batches: int = _setting(
+        DEFAULT_MAX_BATCHES, "Most uploaded files, and most batches, held at once; past "
+        "it, an upload or a new batch gets 413 (delete those no longer needed).")
     read_timeout: float = _setting(
         DEFAULT_READ_TIMEOUT, "Seconds a client has to send a whole request (headers and "
         "body) from its first byte; a slower one is disconnected, so that trickling "
@@ -90,7 +101,8 @@ class Settings:
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("--api-key (or REPLAY_SERVER_API_KEY) is set but empty: that "
                              "would turn authentication off; give a key, or unset it")
-        for name in ("max_body_size", "max_line_size", "read_timeout", "workers"):
+        for name in ("max_body_size", "max_line_size", "read_timeout", "workers",
+                     "max_upload_size", "max_batches"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{flag(name)} must be positive")
         self._check_upstream()

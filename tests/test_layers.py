@@ -179,9 +179,10 @@ def test_no_cycle_between_folders() -> None:
 REGISTRY = "wire.families"
 WIRE_PACKAGES = sorted(p.name for p in (PACKAGE / "wire").iterdir()
                        if (p / "__init__.py").is_file())
+# The batch protocols (wire/batches/): a layer over the families, no `Family` itself.
 # vLLM's tokenizer endpoints: field tables and keys, but no `Family` (no samples, no
 # streams); its chat form is chat's messages and tools, one normal form (not a copy).
-NOT_FAMILIES = {"tokenizer"}
+NOT_FAMILIES = {"tokenizer", "batches"}
 SHARED_FORMS = {("wire.tokenizer", "wire.chat")}
 # Outside wire/, only these name a family's endpoint: a harness's reader writes records of
 # the API its harness called, in that API's shape (as the harness itself does), and the

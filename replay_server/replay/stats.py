@@ -93,6 +93,9 @@ class Stats:
         self.answered = 0  # requests answered from the saved run (a batch is one)
         self.undelivered = 0  # answers decided but never delivered (the client left first)
         self.resets = 0
+        # batch protocol calls answered that send something (an upload, a create, a
+        # cancel, a deletion): no generation of their own (a batch's lines are requests)
+        self.calls = 0
         # Per distinct prompt, what was served (only when asked for: `run --report`).
         self.tracked: dict[tuple[str, str, str], dict[str, Any]] | None = None
         # Used choices by exchange, as a bit mask (choice i is bit i); `Exchange.start`
@@ -141,7 +144,7 @@ class Stats:
         self.forwarded.clear()
         self.forward_failures.clear()
         self.forward_recovered.clear()
-        self.requests = self.answered = self.undelivered = self.resets = 0
+        self.requests = self.answered = self.undelivered = self.resets = self.calls = 0
         if self.tracked is not None:
             self.tracked.clear()
         self.used.clear()
@@ -308,10 +311,10 @@ class Stats:
 
     def with_outcome(self) -> int:
         """Requests that got an answer: from the saved run, an error, a reset's, a
-        tokenizer call's (answered or not), or one forwarded upstream (whatever became of
-        it)."""
-        return self.answered + self.failed() + self.resets + self.tokenizer.total() + sum(
-            sum(c.values()) for c in self.forwarded.values())
+        batch protocol call's, a tokenizer call's (answered or not), or one forwarded
+        upstream (whatever became of it)."""
+        return self.answered + self.failed() + self.resets + self.calls + \
+            self.tokenizer.total() + sum(sum(c.values()) for c in self.forwarded.values())
 
     def in_flight(self) -> int:
         """Requests begun but never decided: their client left (or was stopped, or too

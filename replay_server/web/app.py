@@ -37,10 +37,13 @@ from ..errors import BadRequest, ReplayServerError
 from ..index.index import Index
 from ..index.samples import Rules
 from ..paths import MODELS_PATH, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
+from ..replay.batches import Store
 from ..replay.replayer import Replayer
 from ..saved.local_tokenizer import LocalTokenizer
 from ..settings import Settings
 from ..wire.families import ENDPOINTS, endpoint_for, error_body_of
+from .batches import PATHS as BATCH_PATHS
+from .batches import router as batches_router
 from .endpoint import ReplayEndpoint, authorized, internal_error, unauthorized
 from .recorder import Recorder
 from .routes import router
@@ -78,10 +81,14 @@ def _counted(scope: Scope) -> bool:
     wherever it goes: a POST to a misspelled path is a generation asked for and not had. A
     read of any other route (a probe of the base URL, `GET /v1/`; a model by its id) is
     answered as a real server answers it, an unknown route with a 404, and is no miss. (A
-    generation endpoint with parameters in its path, Gemini's, by `endpoint_for`.)"""
+    generation endpoint with parameters in its path, Gemini's, by `endpoint_for`.) A
+    batch protocol's routes (`batches.PATHS`: /v1/messages/batches extends the path of
+    Anthropic's endpoint) are not below an endpoint: their reads are reads, and each line
+    of a batch is counted as a request of its own (replay/batches/store.py)."""
     path: str = scope["path"]
-    return scope["method"] not in READS or path in ENDPOINTS or path.startswith(
-        BELOW_ENDPOINTS) or endpoint_for(path, _query(scope)) is not None
+    return scope["method"] not in READS or path in ENDPOINTS or (
+        path.startswith(BELOW_ENDPOINTS) and not path.startswith(BATCH_PATHS)
+    ) or endpoint_for(path, _query(scope)) is not None
 
 
 class ReplayApp(FastAPI):
@@ -217,6 +224,8 @@ def create_app(settings: Settings, index: Index, recorder: Recorder | None = Non
     for (method, path), endpoint in endpoints.items():
         app.router.routes.append(Route(path, endpoint, methods=[method]))
     app.include_router(router)
+    app.include_router(batches_router)
+    app.state.batches = Store(replayer, settings.max_upload_size, settings.max_batches)
     app.fast_paths = endpoints
     app.replayer = replayer
     app.api_key = api_key

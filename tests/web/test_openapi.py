@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from replay_server.paths import COUNT_TOKENS_PATH, GEMINI_COUNT_PATH, GEMINI_PATH
@@ -112,6 +113,44 @@ REQUESTS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"path": f"/v1/projects/p/locations/l/publishers/google/models/{MODEL}"},
         {"path": "/v1/projects/p/locations/l/publishers/google/models/no-such"}],
 }
+# The batch protocols' routes, in this order: <file>, <batch> and <msgbatch> stand for the
+# ids the first upload and creations got (two of each: the second is over --max-batches)
+LINE = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+        "body": {"model": MODEL, "messages": user("q")}}
+UPLOAD = {"files": {"file": ("in.jsonl", orjson.dumps(LINE))}, "data": {"purpose": "batch"}}
+CREATE = {"input_file_id": "<file>", "endpoint": "/v1/chat/completions",
+          "completion_window": "24h"}
+MESSAGE_BATCH = {"requests": [{"custom_id": "a", "params": {
+    "model": MODEL, "max_tokens": 5, "messages": user("m")}}]}
+ONE = "/v1/messages/batches/{batch_id}"
+REQUESTS.update({
+    ("POST", "/v1/files"): [UPLOAD, UPLOAD, {"json": {}},
+                            {**UPLOAD, "files": {"file": ("big.jsonl", BIG.encode())}}],
+    ("GET", "/v1/files"): [{}, {"path": "/v1/files?limit=0"}],
+    ("GET", "/v1/files/{file_id}"): [{"path": "/v1/files/<file>"},
+                                     {"path": "/v1/files/file-none"}],
+    ("GET", "/v1/files/{file_id}/content"): [{"path": "/v1/files/<file>/content"},
+                                             {"path": "/v1/files/file-none/content"}],
+    ("POST", "/v1/batches"): [{"json": CREATE}, {"json": CREATE},
+                              {"json": {**CREATE, "input_file_id": 3}},
+                              {"json": {**CREATE, "input_file_id": "file-none"}}],
+    ("GET", "/v1/batches"): [{}, {"path": "/v1/batches?limit=0"}],
+    ("GET", "/v1/batches/{batch_id}"): [{"path": "/v1/batches/<batch>"},
+                                        {"path": "/v1/batches/batch_none"}],
+    ("POST", "/v1/batches/{batch_id}/cancel"): [{"path": "/v1/batches/<batch>/cancel"},
+                                                {"path": "/v1/batches/batch_none/cancel"}],
+    ("DELETE", "/v1/files/{file_id}"): [{"path": "/v1/files/<file>"},
+                                        {"path": "/v1/files/<file>"}],
+    ("POST", "/v1/messages/batches"): [{"json": MESSAGE_BATCH}, {"json": MESSAGE_BATCH},
+                                       {"json": {"requests": []}}],
+    ("GET", "/v1/messages/batches"): [{}, {"path": "/v1/messages/batches?limit=0"}],
+    ("GET", ONE): [{"path": ONE.replace("{batch_id}", b)} for b in ("<msgbatch>", "none")],
+    ("GET", ONE + "/results"): [{"path": ONE.replace("{batch_id}", b) + "/results"}
+                                for b in ("<msgbatch>", "none")],
+    ("POST", ONE + "/cancel"): [{"path": ONE.replace("{batch_id}", b) + "/cancel"}
+                                for b in ("<msgbatch>", "none")],
+    ("DELETE", ONE): [{"path": ONE.replace("{batch_id}", b)} for b in ("<msgbatch>", "none")],
+})
 GOOGLE = (GEMINI_PATH, GEMINI_COUNT_PATH, "/{version}/models", "/{version}/models/{model}",
           VERTEX_MODELS, VERTEX_MODELS + "/{model}", VERTEX_PROJECT + "/{model}")
 
@@ -128,30 +167,45 @@ async def answered(settings: Settings, headers: dict[str, str],
     """The app's schema, and the statuses it answered on each route to `REQUESTS`."""
     app = create_app(settings, build(records))
     seen: dict[tuple[str, str], set[int]] = {}
+    ids: dict[str, str] = {}  # the first id of each kind answered (<file>, ...)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://test", headers=headers) as client:
         schema = (await client.get("/openapi.json")).json()
         for (method, path), requests in REQUESTS.items():
             for request in requests:
-                request = {"url": request.get("path", path), "json": request.get("json")}
-                r = await client.request(method, **request)
+                url = str(request.get("path", path))
+                body = orjson.loads(orjson.dumps(request.get("json")).replace(
+                    b"<file>", ids.get("file", "none").encode()))
+                for kind, value in ids.items():
+                    url = url.replace(f"<{kind}>", value)
+                r = await client.request(method, url, json=body, files=request.get("files"),
+                                         data=request.get("data"))
                 seen.setdefault((method, path), set()).add(r.status_code)
+                if r.status_code == 200 and r.headers.get("content-type") == "application/json":
+                    found = r.json().get("id") if isinstance(r.json(), dict) else None
+                    kind = str(found).split("-")[0].split("_")[0]
+                    if kind in ("file", "batch", "msgbatch"):
+                        ids.setdefault(kind, str(found))
     return schema, seen
+
+
+def _settings(api_key: str | None) -> Settings:
+    return Settings(max_body_size=4000, api_key=api_key, max_upload_size=4000, max_batches=1)
 
 
 @pytest.mark.parametrize("api_key", [None, "sesame"])
 async def test_the_schema_lists_what_each_route_answers(api_key: str | None) -> None:
-    schema, seen = await answered(Settings(max_body_size=4000, api_key=api_key),
+    schema, seen = await answered(_settings(api_key),
                                   {"authorization": f"Bearer {api_key}"} if api_key else {})
     assert set(documented(schema)) == set(REQUESTS)  # every route, and a test of each
     # and once more with no recorded tokenizer answer (GET /tokenizer_info is then a 404)
-    _, unrecorded = await answered(Settings(max_body_size=4000, api_key=api_key),
+    _, unrecorded = await answered(_settings(api_key),
                                    {"authorization": f"Bearer {api_key}"} if api_key else {},
                                    RECORDS[:3])
     for route, statuses in unrecorded.items():
         seen[route] |= statuses
     if api_key:  # and once more without the key: refused but /health
-        _, refused = await answered(Settings(max_body_size=4000, api_key=api_key), {})
+        _, refused = await answered(_settings(api_key), {})
         for route, statuses in refused.items():
             seen[route] |= statuses
     assert documented(schema) == seen

@@ -47,6 +47,7 @@ FAMILY = Family(
     credential=_x_api_key, client_variable="ANTHROPIC_BASE_URL",
     saved_request=answer.saved_request, saved_answer=answer.saved_answer,
     generations=answer.generations, models=models_body, claims=request.anthropic,
+    addressed=request.below,
 )
 
 COUNT_TOKENS = Family(

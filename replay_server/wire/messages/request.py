@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...errors import BadRequest
+from ...paths import MESSAGES_PATH
 from .fields import COUNT_TABLE, TABLE
 
 
@@ -50,3 +51,9 @@ def anthropic(headers: Iterable[tuple[bytes, bytes]]) -> bool:
     and every client of its API send. It tells the two APIs apart on the paths they share
     (`GET /v1/models`) and on errors for no endpoint's request (an unknown route)."""
     return any(name == b"anthropic-version" for name, _ in headers)
+
+
+def below(path: str, query: str) -> bool:
+    """Whether a request on no endpoint is Anthropic's by its path: one below
+    /v1/messages (its Message Batches), whatever headers it carries."""
+    return path.startswith(MESSAGES_PATH + "/")
