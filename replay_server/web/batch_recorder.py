@@ -76,8 +76,8 @@ class BatchRecorder:
         elif request.method == "POST" and path == MESSAGE_BATCHES:
             self._created(body, content)
         elif (found := _CONTENT.fullmatch(path)) and found[1] in self.results_of:
-            await self._save(_OPENAI, self.uploads.get(self.results_of[found[1]], {}),
-                             content, found[1])
+            await self._save(_OPENAI, self.uploads[self.results_of[found[1]]], content,
+                             found[1])
         elif found := _RESULTS.fullmatch(path):
             await self._save(_ANTHROPIC, self.batches.get(found[1], {}), content, found[1])
         elif path.startswith(BATCHES):
@@ -111,10 +111,11 @@ class BatchRecorder:
         its input file."""
         found = answer.get("data") if isinstance(answer, dict) else None
         for batch in found if isinstance(found, list) else [answer]:
-            if isinstance(batch, dict) and batch.get("object") == "batch":
+            if isinstance(batch, dict) and batch.get("object") == "batch" \
+                    and batch.get("input_file_id") in self.uploads:
                 for name in ("output_file_id", "error_file_id"):
                     if isinstance(batch.get(name), str):
-                        self.results_of[batch[name]] = str(batch.get("input_file_id"))
+                        self.results_of[batch[name]] = batch["input_file_id"]
 
     async def _save(self, fmt: BatchFormat, lines: Pending, content: bytes, where: str
                     ) -> None:
@@ -128,6 +129,7 @@ class BatchRecorder:
                 continue  # (saved already, or not sent through the recorder)
             await self._save_line(fmt, sent, BatchLine(where, number, sent["custom_id"], result))
         self.uploads = {k: v for k, v in self.uploads.items() if v}
+        self.results_of = {k: v for k, v in self.results_of.items() if v in self.uploads}
         self.batches = {k: v for k, v in self.batches.items() if v}
 
     async def _save_line(self, fmt: BatchFormat, sent: dict[str, Any], result: BatchLine
