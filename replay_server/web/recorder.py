@@ -13,8 +13,11 @@ and saves each exchange.
   server of several models is not saved); and each model's entry of `GET /v1/models`
   (its `max_model_len`, which the replay's list then gives), once a recording and again
   when it changes; every other path and method
-  (embeddings, files, `GET /v1/responses/{id}`, a path the upstream does not have, ...) is
+  (embeddings, `GET /v1/responses/{id}`, a path the upstream does not have, ...) is
   forwarded untouched and not saved: the client gets the upstream's own status and body.
+  So are the batch protocols' calls (files, batches, Message Batches), but that each line
+  of a batch is saved once its result comes through, as the exchange of its endpoint
+  (`batch_recorder.BatchRecorder`).
 - A stream passes through chunk by chunk as it arrives (`relay.Relay`), while its family's
   aggregator (`Family.aggregator`) rebuilds the body the server would have sent
   unstreamed; the stream's frames are saved too, as sent, so that a replay sends the same
@@ -83,6 +86,8 @@ from ..saved.writer import RecordWriter
 from ..wire.families import ENDPOINTS, endpoint_for, error_body_of, family_for, family_of
 from ..wire.family import Aggregator, Family
 from ..wire.sse import Frames, StreamError
+from .batch_recorder import BatchRecorder
+from .batches import PATHS as BATCH_PATHS
 from .credentials import basic_auth, query_without_keys, shown, without_keys
 from .relay import Relay, unless_gone, watch_disconnect
 
@@ -104,20 +109,24 @@ def _forward_headers(headers: Any) -> dict[str, str]:
     return {k: v.strip() for k, v in headers.items() if k.lower() not in _HOP}
 
 
-def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
+def records_for(path: str, request: dict[str, Any], response: dict[str, Any] | None,
                 upstream: str, run: str, frames: list[str] | None = None,
-                model: str | None = None) -> bytes:
+                model: str | None = None, unusable: str | None = None,
+                origin: Mapping[str, Any] | None = None) -> bytes:
     """The native record line(s) of one exchange (a batched completion: one per prompt,
     each with the batch's usage); a stream's frames are saved with it as they were sent
     (a streamed batch's are not: its prompts are replayed in small deltas). `model`: the
     model the request's path names (Gemini's), or that of a tokenizer call that names
-    none (the upstream's only model); else the request's (or the response's)."""
+    none (the upstream's only model); else the request's (or the response's).
+    `unusable`: why an exchange that got no answer (a failed batch line, `response`
+    None) has none; `origin`: what else its source says (a batch line's batch and
+    custom_id)."""
     request = strip_transport(request)
-    model = model or request.get("model") or response.get("model")
-    if path == MODELS_PATH:  # one model's entry of the list
+    model = model or request.get("model") or (response or {}).get("model")
+    if path == MODELS_PATH and response is not None:  # one model's entry of the list
         model = response.get("id")
     source = {"harness": "replay-server record", "upstream": upstream, "run": run,
-              "time": round(time.time(), 3)}
+              "time": round(time.time(), 3), **(origin or {})}
     if path in NO_GENERATION:
         record = make_record(path, model, request, response, source, "(recording)", None)
         record.source = source
@@ -126,7 +135,7 @@ def records_for(path: str, request: dict[str, Any], response: dict[str, Any],
     for part_request, part_response, batch in family_of(path).split(request, response,
                                                                     uuid.uuid4().hex):
         record = make_record(path, model, part_request, part_response, source,
-                             "(recording)", None, batch=batch,
+                             "(recording)", None, unusable, batch=batch,
                              stream=frames if batch is None else None)
         record.source = source  # file and line are where the reader finds the line
         lines.append(dump_line(record))
@@ -157,14 +166,23 @@ class Recorder:
         self._listed: dict[str, bytes] = {}  # each model's entry saved last (`_identity`)
         self.client = httpx.AsyncClient(base_url=self._base, params=self._params,
                                         timeout=httpx.Timeout(None, connect=10.0))
+        self.batches = BatchRecorder(self)
+
+    @property
+    def base(self) -> str:
+        """The upstream's root URL (no `/v1`, no credentials), as it names its own pages."""
+        return self._base
 
     def summary(self) -> str:
         c = self.counts
+        pending = self.batches.pending()
         return (f"recorded {c['recorded']} exchanges ({c['records']} records) to "
                 f"{self.writer.path}; forwarded without saving: {c['forwarded']}; "
                 f"upstream errors: {c['upstream_error']}, abandoned by "
                 f"the client: {c['abandoned']}, failed streams: {c['aborted']}, not "
-                f"recordable: {c['unrecordable']}")
+                f"recordable: {c['unrecordable']}"
+                + (f"; {pending} batch lines whose results never came through the "
+                   "recorder (not saved)" if pending else ""))
 
     def tally(self, outcome: str, why: str = "", hook: Outcome | None = None) -> None:
         """Count one exchange's outcome, and tell the exchange's hook."""
@@ -201,12 +219,14 @@ class Recorder:
         if not changed:
             self.tally("forwarded", "", hook)
         for entry in changed:
-            await self._save(MODELS_PATH, {}, entry)
+            await self.save(MODELS_PATH, {}, entry)
 
-    async def _save(self, path: str, request: dict[str, Any], response: dict[str, Any],
-                    frames: list[str] | None = None, hook: Outcome | None = None,
-                    model: str | None = None) -> None:
-        """Save one exchange (`model`: the one its path names, if it does)."""
+    async def save(self, path: str, request: dict[str, Any], response: dict[str, Any] | None,
+                   frames: list[str] | None = None, hook: Outcome | None = None,
+                   model: str | None = None, unusable: str | None = None,
+                   origin: Mapping[str, Any] | None = None) -> None:
+        """Save one exchange (`model`: the one its path names, if it does; `unusable` and
+        `origin`: `records_for`'s)."""
         if path in TOKENIZER_ENDPOINTS and not request.get("model"):
             model = await self._only_model()
             if model is None:
@@ -216,7 +236,7 @@ class Recorder:
                 return
         try:
             lines = records_for(path, request, response, self.upstream, self.run, frames,
-                                model)
+                                model, unusable, origin)
         except (LoadError, ValueError) as e:
             log.warning("not recorded (%s): %s", path, e)
             self.tally("unrecordable", f"the answer cannot be saved: {e}", hook)
@@ -323,7 +343,7 @@ class Recorder:
         elif path == MODELS_PATH:
             await self._save_models(answer, hook)
         else:
-            await self._save(endpoint or path, parsed or {}, answer, hook=hook,
+            await self.save(endpoint or path, parsed or {}, answer, hook=hook,
                              model=fields.get("model"))
         return Response(content, reply.status_code, out_headers)
 
@@ -351,7 +371,7 @@ class Recorder:
         texts = frames.texts()
         if texts is None:
             log.warning("stream (%s) saved without its frames: they are not UTF-8", path)
-        await asyncio.shield(self._save(path, request, response, texts, hook, model))
+        await asyncio.shield(self.save(path, request, response, texts, hook, model))
         return True
 
     def probe(self, timeout: float = 5.0) -> str | None:
@@ -452,11 +472,16 @@ def create_record_app(recorder: Recorder) -> FastAPI:
         return Response(orjson.dumps({**recorder.counts, "file": str(recorder.writer.path)}),
                         media_type="application/json")
 
+    async def other(request: Request) -> Response:
+        if request.url.path.startswith(BATCH_PATHS):
+            return await recorder.batches.forward(request)
+        return await recorder.forward(request)
+
     # Everything else goes to the upstream, whatever the path and method: only the replay
-    # endpoints' answers are saved.
+    # endpoints' answers are saved, and each line of a batch (`batch_recorder`).
     for path in ENDPOINTS:
         app.add_api_route(path, forward, methods=["POST"], include_in_schema=True)
-    app.add_api_route("/{path:path}", forward, methods=_METHODS, include_in_schema=False)
+    app.add_api_route("/{path:path}", other, methods=_METHODS, include_in_schema=False)
     return app
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Regenerate tests/data/recorded/: the saved runs that recipes of docs/ rescore where no
 harness's own output fits (a Responses API session, a Claude session, a judge's verdicts,
-a deepeval GEval session, a LiteLLM session of Google's Gemini API).
+a deepeval GEval session, a LiteLLM session of Google's Gemini API, a batch job of each
+batch API, recorded line by line through the recorder).
 
     .venv/bin/python tests/data/gen/make_recordings.py    # the project's venv, with the
                                                           # harness extra (make test's)
@@ -45,7 +46,8 @@ from tests.support import runnable_blocks, running, venv_python  # noqa: E402
 
 RECORDED = "tests/data/recorded/"
 PAGES = ["docs/recipes/responses-clients.md", "docs/anthropic.md",
-         "docs/recipes/google-genai.md", "docs/judges.md", "docs/recipes/openai-litellm.md"]
+         "docs/recipes/google-genai.md", "docs/judges.md", "docs/recipes/openai-litellm.md",
+         "docs/recipes/openai-sdk-batch.md", "docs/recipes/anthropic-sdk-batch.md"]
 # what the blocks ask the fake model
 MODELS = ["tiny-model", "claude-fake", "gemini-fake", "judge-model"]
 
