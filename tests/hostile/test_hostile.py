@@ -49,16 +49,16 @@ def base() -> Iterator[str]:
 
 def documented_envelopes(path: str, method: str, status: int) -> set[str]:
     """The error envelopes the schema documents for a route's status (its first error's
-    where the status is not listed; a served method's for a method that is not; OpenAI's where the route
-    documents none). Google's model routes (`GET /{version}/models...`) take requests of
-    no API's too (another version, `/v1/models/...` from an OpenAI client): those are
-    answered in OpenAI's envelope, the default (tests/web/test_gemini_api.py holds Google's
-    requests to Google's)."""
+    where the status is not listed; a served method's for a method that is not; OpenAI's
+    where the route documents none). Google's model routes (`GET /{version}/models...`)
+    take requests of no API's too (another version, `/v1/models/...` from an OpenAI
+    client): those are answered in OpenAI's envelope, the default
+    (tests/web/test_gemini_api.py holds Google's requests to Google's)."""
     operations = APP.openapi()["paths"][path]
     operation = operations.get(method.lower()) or next(iter(operations.values()))
     responses = operation.get("responses", {})
     errors = [r for code, r in sorted(responses.items()) if code.startswith("4")]
-    documented = responses.get(str(status)) or next(iter(errors), {})
+    documented: dict[str, Any] = responses.get(str(status)) or next(iter(errors), {})
     ref = documented.get("content", {}).get("application/json", {}).get("schema", {})
     envelope = str(ref.get("$ref", "/Error")).rsplit("/", 1)[1]
     shared = envelope == "GoogleError" and "get" in operations
