@@ -32,10 +32,12 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from ..errors import BadRequest, LoadError
+from ..paths import MESSAGES_PATH
 from ..saved.formats.anthropic_batch import AnthropicBatchFormat
 from ..saved.formats.batch_files import BatchFormat, BatchLine, NoAnswer
 from ..saved.formats.openai_batch import OpenAIBatchFormat
-from ..wire.families import ENDPOINTS
+from ..wire.batches.anthropic import request_headers
+from ..wire.families import ENDPOINTS, family_of
 from .batches import PATHS as BATCH_PATHS
 from .upload import read_form
 
@@ -74,7 +76,7 @@ class BatchRecorder:
         if request.method == "POST" and path == FILES:
             self._uploaded(request.headers.get("content-type", ""), body, content)
         elif request.method == "POST" and path == MESSAGE_BATCHES:
-            self._created(body, content)
+            self._created(body, request.scope["headers"], content)
         elif (found := _CONTENT.fullmatch(path)) and found[1] in self.results_of:
             await self._save(_OPENAI, self.uploads[self.results_of[found[1]]], content,
                              found[1])
@@ -99,12 +101,19 @@ class BatchRecorder:
         self.uploads[made["id"]] = _by_custom_id(
             _json(line) for line in bytes(file.data).splitlines() if line.strip())
 
-    def _created(self, body: bytes, answer: bytes) -> None:
-        """A Message Batch created: its requests kept by custom_id, under its id."""
+    def _created(self, body: bytes, headers: list[tuple[bytes, bytes]], answer: bytes
+                 ) -> None:
+        """A Message Batch created: its requests kept by custom_id, under its id, each
+        with the create's headers that are its fields, as the replay side reads them
+        (`request_headers`: a beta applies to each request, the batch API's own to none)."""
         sent, made = _json(body), _json(answer)
         if isinstance(sent, dict) and isinstance(sent.get("requests"), list) \
                 and isinstance(made, dict) and isinstance(made.get("id"), str):
-            self.batches[made["id"]] = _by_custom_id(sent["requests"])
+            fields, messages = request_headers(headers), family_of(MESSAGES_PATH)
+            self.batches[made["id"]] = _by_custom_id(
+                {**item, "params": messages.with_headers(item["params"], fields)}
+                if isinstance(item, dict) and isinstance(item.get("params"), dict) else item
+                for item in sent["requests"])
 
     def _ties(self, answer: Any) -> None:
         """Each OpenAI batch object (or list of them) ties its output and error files to

@@ -192,3 +192,24 @@ def test_a_run_recorded_request_by_request_answers_a_batch(
     for k in answered:
         assert batch[k]["body"] == alone[k]
         assert results[k] == {"type": "succeeded", "message": messages[k]}
+
+
+def test_an_anthropic_batch_line_is_saved_with_the_create_requests_beta(
+        recorded: tuple[Recorder, str]) -> None:
+    """A beta the create request names applies to each of its requests (as upstream, and
+    as the replay side reads it: `wire.batches.anthropic.request_headers`), but for the
+    batch API's own, which a request sent alone never carries."""
+    recorder, url = recorded
+    beta = "message-batches-2024-09-24, output-128k-2025-02-19"
+    with anthropic.Anthropic(base_url=url.removesuffix("/v1"), api_key="k",
+                             default_headers={"anthropic-beta": beta}) as client:
+        original = anthropic_batch(client, {"q0": QUESTIONS["q0"]})
+    assert b"message-batches" not in recorder.writer.path.read_bytes()
+    with serving([recorder.writer.path]) as replay:
+        alone = httpx.post(replay.removesuffix("/v1") + MESSAGES_PATH,
+                           json=message(QUESTIONS["q0"]),
+                           headers={"anthropic-beta": "output-128k-2025-02-19"})
+        assert alone.json() == original["q0"]["message"]
+        with anthropic.Anthropic(base_url=replay.removesuffix("/v1"), api_key="x",
+                                 default_headers={"anthropic-beta": beta}) as client:
+            assert anthropic_batch(client, {"q0": QUESTIONS["q0"]}) == original
