@@ -77,6 +77,7 @@ class BatchRecorder:
             self._uploaded(request.headers.get("content-type", ""), body, content)
         elif request.method == "POST" and path == MESSAGE_BATCHES:
             self._created(body, request.scope["headers"], content)
+            return _rewritten(reply, content, self.recorder.base, str(request.base_url))
         elif (found := _CONTENT.fullmatch(path)) and found[1] in self.results_of:
             await self._save(_OPENAI, self.uploads[self.results_of[found[1]]], content,
                              found[1])

@@ -213,3 +213,23 @@ def test_an_anthropic_batch_line_is_saved_with_the_create_requests_beta(
         with anthropic.Anthropic(base_url=replay.removesuffix("/v1"), api_key="x",
                                  default_headers={"anthropic-beta": beta}) as client:
             assert anthropic_batch(client, {"q0": QUESTIONS["q0"]}) == original
+
+
+def test_a_batch_created_ended_names_the_recorders_results(
+        recorded: tuple[Recorder, str], tmp_path: Path) -> None:
+    """An upstream may answer the create with the batch ended and its `results_url` set
+    (the replay server does): that one too names the recorder, or the results would be
+    fetched past it and never saved."""
+    recorder, url = recorded
+    with anthropic.Anthropic(base_url=url.removesuffix("/v1"), api_key="k") as client:
+        anthropic_batch(client, {"q0": QUESTIONS["q0"]})
+    with serving([recorder.writer.path]) as replay:
+        again = Recorder(replay, RecordWriter(tmp_path / "again.jsonl"))
+        with running(create_record_app(again)) as front:
+            root = front.removesuffix("/v1")
+            made = httpx.post(root + MESSAGES_PATH + "/batches", json={"requests": [
+                {"custom_id": "q0", "params": message(QUESTIONS["q0"])}]}).json()
+            assert made["results_url"] == f"{root}{MESSAGES_PATH}/batches/{made['id']}/results"
+            httpx.get(made["results_url"]).raise_for_status()
+        again.writer.close()
+    assert again.counts["recorded"] == 1, again.summary()
