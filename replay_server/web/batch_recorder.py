@@ -12,7 +12,8 @@ output or error file; Anthropic: the batch's results), each result line is joine
 request, read by the same batch formats that import saved batch files
 (`saved/formats/openai_batch.py`, `anthropic_batch.py`: what a result line answers, and
 why a failed, `errored`, canceled or expired one does not), and saved; a line that did not
-answer is an unusable record saying why. Each line is saved once, then forgotten.
+answer is an unusable record saying why. Each line is saved once, then forgotten: a
+second batch over one input file is counted and warned of, its answers not saved.
 
 Anthropic's `results_url` is absolute, and the SDK follows it as it is: a batch object
 naming the upstream's results is passed on naming the recorder's, so that the results
@@ -60,6 +61,8 @@ class BatchRecorder:
         self.uploads: dict[str, Pending] = {}  # OpenAI: an input file's id -> its lines
         self.results_of: dict[str, str] = {}  # OpenAI: output/error file -> input file
         self.batches: dict[str, Pending] = {}  # Anthropic: a batch's id -> its requests
+        self.first: dict[str, str] = {}  # OpenAI: an input file -> the first batch over it
+        self.again: set[str] = set()  # OpenAI: the batches said not saved (`_another`)
 
     def pending(self) -> int:
         """The lines sent whose results have not come through yet."""
@@ -121,11 +124,28 @@ class BatchRecorder:
         its input file."""
         found = answer.get("data") if isinstance(answer, dict) else None
         for batch in found if isinstance(found, list) else [answer]:
-            if isinstance(batch, dict) and batch.get("object") == "batch" \
-                    and batch.get("input_file_id") in self.uploads:
+            if not isinstance(batch, dict) or batch.get("object") != "batch" \
+                    or not isinstance(batch.get("id"), str):
+                continue
+            source = batch.get("input_file_id")
+            if source in self.first or source in self.uploads:
+                self._another(batch["id"], self.first.setdefault(source, batch["id"]), source)
+            if source in self.uploads:
                 for name in ("output_file_id", "error_file_id"):
                     if isinstance(batch.get(name), str):
-                        self.results_of[batch[name]] = batch["input_file_id"]
+                        self.results_of[batch[name]] = source
+
+    def _another(self, batch: str, first: str, source: str) -> None:
+        """A second batch over one input file: each line is saved once, then forgotten,
+        so one batch's answers only are saved (the results downloaded first); the other's
+        are said not to be (counted, warned), once."""
+        if batch != first and batch not in self.again:
+            self.again.add(batch)
+            why = (f"batch {batch} runs input file {source} again (batch {first} ran it): "
+                   "each line of an upload is saved once, from the results downloaded "
+                   "first; the other batch's answers are not saved")
+            log.warning("%s", why)
+            self.recorder.tally("unrecordable", why)
 
     async def _save(self, fmt: BatchFormat, lines: Pending, content: bytes, where: str
                     ) -> None:

@@ -233,3 +233,24 @@ def test_a_batch_created_ended_names_the_recorders_results(
             httpx.get(made["results_url"]).raise_for_status()
         again.writer.close()
     assert again.counts["recorded"] == 1, again.summary()
+
+
+def test_a_second_batch_of_one_upload_is_said_not_saved(
+        recorded: tuple[Recorder, str], caplog: pytest.LogCaptureFixture) -> None:
+    """Each line is saved once, then forgotten: a batch run again over the same input file
+    saves nothing, and says so (counted, warned), never silently."""
+    recorder, url = recorded
+    with openai.OpenAI(base_url=url, api_key="k") as client:
+        data = orjson.dumps({"custom_id": "a", "method": "POST", "url": CHAT,
+                             "body": chat("What is 2 + 3?")}) + b"\n"
+        uploaded = client.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
+        for _ in range(2):
+            batch = client.batches.create(input_file_id=uploaded.id, endpoint=CHAT,
+                                          completion_window="24h")
+            while batch.status not in ENDED:
+                batch = client.batches.retrieve(batch.id)
+            assert batch.output_file_id is not None
+            client.files.content(batch.output_file_id).read()
+    assert recorder.counts["recorded"] == 1, recorder.summary()
+    assert recorder.counts["unrecordable"] == 1, recorder.summary()
+    assert f"batch {batch.id}" in caplog.text and uploaded.id in caplog.text
