@@ -33,11 +33,10 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from ..errors import BadRequest, LoadError
-from ..paths import MESSAGES_PATH
 from ..saved.formats.anthropic_batch import AnthropicBatchFormat
 from ..saved.formats.batch_files import BatchFormat, BatchLine, NoAnswer
 from ..saved.formats.openai_batch import OpenAIBatchFormat
-from ..wire.batches.anthropic import request_headers
+from ..wire.batches.anthropic import ENDPOINT, request_headers
 from ..wire.families import ENDPOINTS, family_of
 from .batches import PATHS as BATCH_PATHS
 from .upload import read_form
@@ -113,7 +112,7 @@ class BatchRecorder:
         sent, made = _json(body), _json(answer)
         if isinstance(sent, dict) and isinstance(sent.get("requests"), list) \
                 and isinstance(made, dict) and isinstance(made.get("id"), str):
-            fields, messages = request_headers(headers), family_of(MESSAGES_PATH)
+            fields, messages = request_headers(headers), family_of(ENDPOINT)
             self.batches[made["id"]] = _by_custom_id(
                 {**item, "params": messages.with_headers(item["params"], fields)}
                 if isinstance(item, dict) and isinstance(item.get("params"), dict) else item
