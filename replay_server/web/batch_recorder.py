@@ -156,7 +156,12 @@ class BatchRecorder:
             sent = lines.pop(str(result.get("custom_id")), None)
             if sent is None:
                 continue  # (saved already, or not sent through the recorder)
-            await self._save_line(fmt, sent, BatchLine(where, number, sent["custom_id"], result))
+            try:  # (popped first: a download at the same time does not save it twice)
+                await self._save_line(fmt, sent, BatchLine(where, number, sent["custom_id"],
+                                                           result))
+            except BaseException:  # a failed write: kept, for the download the client retries
+                lines[sent["custom_id"]] = sent
+                raise
         self.uploads = {k: v for k, v in self.uploads.items() if v}
         self.results_of = {k: v for k, v in self.results_of.items() if v in self.uploads}
         self.batches = {k: v for k, v in self.batches.items() if v}

@@ -254,3 +254,21 @@ def test_a_second_batch_of_one_upload_is_said_not_saved(
     assert recorder.counts["recorded"] == 1, recorder.summary()
     assert recorder.counts["unrecordable"] == 1, recorder.summary()
     assert f"batch {batch.id}" in caplog.text and uploaded.id in caplog.text
+
+
+def test_lines_a_failed_write_did_not_save_are_kept_for_the_next_download(
+        upstream: str) -> None:
+    """A write that fails (a full disk: /dev/full) is the recorder's 500, and the client
+    downloads again: the lines are kept until saved, so the retry saves them, or the
+    summary counts them as never saved (not silently forgotten)."""
+    recorder = Recorder(upstream, RecordWriter(Path("/dev/full")))
+    try:
+        with running(create_record_app(recorder)) as url, openai.OpenAI(
+                base_url=url, api_key="k", max_retries=0) as client:
+            with pytest.raises(openai.InternalServerError):
+                openai_batch(client, {"q0": QUESTIONS["q0"]})
+            with pytest.raises(openai.InternalServerError):  # (the download, again)
+                client.files.content(next(iter(recorder.batches.results_of))).read()
+    finally:
+        recorder.writer.close()
+    assert "1 batch lines whose results never came through" in recorder.summary()
