@@ -12,7 +12,8 @@ output or error file; Anthropic: the batch's results), each result line is joine
 request, read by the same batch formats that import saved batch files
 (`saved/formats/openai_batch.py`, `anthropic_batch.py`: what a result line answers, and
 why a failed, `errored`, canceled or expired one does not), and saved; a line that did not
-answer is an unusable record saying why. Each line is saved once, then forgotten.
+answer is an unusable record saying why. Each line is saved once, then forgotten: a
+second batch over one input file is counted and warned of, its answers not saved.
 
 Anthropic's `results_url` is absolute, and the SDK follows it as it is: a batch object
 naming the upstream's results is passed on naming the recorder's, so that the results
@@ -35,7 +36,8 @@ from ..errors import BadRequest, LoadError
 from ..saved.formats.anthropic_batch import AnthropicBatchFormat
 from ..saved.formats.batch_files import BatchFormat, BatchLine, NoAnswer
 from ..saved.formats.openai_batch import OpenAIBatchFormat
-from ..wire.families import ENDPOINTS
+from ..wire.batches.anthropic import ENDPOINT, request_headers
+from ..wire.families import ENDPOINTS, family_of
 from .batches import PATHS as BATCH_PATHS
 from .upload import read_form
 
@@ -58,6 +60,8 @@ class BatchRecorder:
         self.uploads: dict[str, Pending] = {}  # OpenAI: an input file's id -> its lines
         self.results_of: dict[str, str] = {}  # OpenAI: output/error file -> input file
         self.batches: dict[str, Pending] = {}  # Anthropic: a batch's id -> its requests
+        self.first: dict[str, str] = {}  # OpenAI: an input file -> the first batch over it
+        self.again: set[str] = set()  # OpenAI: the batches said not saved (`_another`)
 
     def pending(self) -> int:
         """The lines sent whose results have not come through yet."""
@@ -74,7 +78,8 @@ class BatchRecorder:
         if request.method == "POST" and path == FILES:
             self._uploaded(request.headers.get("content-type", ""), body, content)
         elif request.method == "POST" and path == MESSAGE_BATCHES:
-            self._created(body, content)
+            self._created(body, request.scope["headers"], content)
+            return _rewritten(reply, content, self.recorder.base, str(request.base_url))
         elif (found := _CONTENT.fullmatch(path)) and found[1] in self.results_of:
             await self._save(_OPENAI, self.uploads[self.results_of[found[1]]], content,
                              found[1])
@@ -99,23 +104,47 @@ class BatchRecorder:
         self.uploads[made["id"]] = _by_custom_id(
             _json(line) for line in bytes(file.data).splitlines() if line.strip())
 
-    def _created(self, body: bytes, answer: bytes) -> None:
-        """A Message Batch created: its requests kept by custom_id, under its id."""
+    def _created(self, body: bytes, headers: list[tuple[bytes, bytes]], answer: bytes
+                 ) -> None:
+        """A Message Batch created: its requests kept by custom_id, under its id, each
+        with the create's headers that are its fields, as the replay side reads them
+        (`request_headers`: a beta applies to each request, the batch API's own to none)."""
         sent, made = _json(body), _json(answer)
         if isinstance(sent, dict) and isinstance(sent.get("requests"), list) \
                 and isinstance(made, dict) and isinstance(made.get("id"), str):
-            self.batches[made["id"]] = _by_custom_id(sent["requests"])
+            fields, messages = request_headers(headers), family_of(ENDPOINT)
+            self.batches[made["id"]] = _by_custom_id(
+                {**item, "params": messages.with_headers(item["params"], fields)}
+                if isinstance(item, dict) and isinstance(item.get("params"), dict) else item
+                for item in sent["requests"])
 
     def _ties(self, answer: Any) -> None:
         """Each OpenAI batch object (or list of them) ties its output and error files to
         its input file."""
         found = answer.get("data") if isinstance(answer, dict) else None
         for batch in found if isinstance(found, list) else [answer]:
-            if isinstance(batch, dict) and batch.get("object") == "batch" \
-                    and batch.get("input_file_id") in self.uploads:
+            if not isinstance(batch, dict) or batch.get("object") != "batch" \
+                    or not isinstance(batch.get("id"), str):
+                continue
+            source = batch.get("input_file_id")
+            if source in self.first or source in self.uploads:
+                self._another(batch["id"], self.first.setdefault(source, batch["id"]), source)
+            if source in self.uploads:
                 for name in ("output_file_id", "error_file_id"):
                     if isinstance(batch.get(name), str):
-                        self.results_of[batch[name]] = batch["input_file_id"]
+                        self.results_of[batch[name]] = source
+
+    def _another(self, batch: str, first: str, source: str) -> None:
+        """A second batch over one input file: each line is saved once, then forgotten,
+        so one batch's answers only are saved (the results downloaded first); the other's
+        are said not to be (counted, warned), once."""
+        if batch != first and batch not in self.again:
+            self.again.add(batch)
+            why = (f"batch {batch} runs input file {source} again (batch {first} ran it): "
+                   "each line of an upload is saved once, from the results downloaded "
+                   "first; the other batch's answers are not saved")
+            log.warning("%s", why)
+            self.recorder.tally("unrecordable", why)
 
     async def _save(self, fmt: BatchFormat, lines: Pending, content: bytes, where: str
                     ) -> None:
@@ -127,7 +156,12 @@ class BatchRecorder:
             sent = lines.pop(str(result.get("custom_id")), None)
             if sent is None:
                 continue  # (saved already, or not sent through the recorder)
-            await self._save_line(fmt, sent, BatchLine(where, number, sent["custom_id"], result))
+            try:  # (popped first: a download at the same time does not save it twice)
+                await self._save_line(fmt, sent, BatchLine(where, number, sent["custom_id"],
+                                                           result))
+            except BaseException:  # a failed write: kept, for the download the client retries
+                lines[sent["custom_id"]] = sent
+                raise
         self.uploads = {k: v for k, v in self.uploads.items() if v}
         self.results_of = {k: v for k, v in self.results_of.items() if v in self.uploads}
         self.batches = {k: v for k, v in self.batches.items() if v}

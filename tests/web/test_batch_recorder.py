@@ -192,3 +192,83 @@ def test_a_run_recorded_request_by_request_answers_a_batch(
     for k in answered:
         assert batch[k]["body"] == alone[k]
         assert results[k] == {"type": "succeeded", "message": messages[k]}
+
+
+def test_an_anthropic_batch_line_is_saved_with_the_create_requests_beta(
+        recorded: tuple[Recorder, str]) -> None:
+    """A beta the create request names applies to each of its requests (as upstream, and
+    as the replay side reads it: `wire.batches.anthropic.request_headers`), but for the
+    batch API's own, which a request sent alone never carries."""
+    recorder, url = recorded
+    beta = "message-batches-2024-09-24, output-128k-2025-02-19"
+    with anthropic.Anthropic(base_url=url.removesuffix("/v1"), api_key="k",
+                             default_headers={"anthropic-beta": beta}) as client:
+        original = anthropic_batch(client, {"q0": QUESTIONS["q0"]})
+    assert b"message-batches" not in recorder.writer.path.read_bytes()
+    with serving([recorder.writer.path]) as replay:
+        alone = httpx.post(replay.removesuffix("/v1") + MESSAGES_PATH,
+                           json=message(QUESTIONS["q0"]),
+                           headers={"anthropic-beta": "output-128k-2025-02-19"})
+        assert alone.json() == original["q0"]["message"]
+        with anthropic.Anthropic(base_url=replay.removesuffix("/v1"), api_key="x",
+                                 default_headers={"anthropic-beta": beta}) as client:
+            assert anthropic_batch(client, {"q0": QUESTIONS["q0"]}) == original
+
+
+def test_a_batch_created_ended_names_the_recorders_results(
+        recorded: tuple[Recorder, str], tmp_path: Path) -> None:
+    """An upstream may answer the create with the batch ended and its `results_url` set
+    (the replay server does): that one too names the recorder, or the results would be
+    fetched past it and never saved."""
+    recorder, url = recorded
+    with anthropic.Anthropic(base_url=url.removesuffix("/v1"), api_key="k") as client:
+        anthropic_batch(client, {"q0": QUESTIONS["q0"]})
+    with serving([recorder.writer.path]) as replay:
+        again = Recorder(replay, RecordWriter(tmp_path / "again.jsonl"))
+        with running(create_record_app(again)) as front:
+            root = front.removesuffix("/v1")
+            made = httpx.post(root + MESSAGES_PATH + "/batches", json={"requests": [
+                {"custom_id": "q0", "params": message(QUESTIONS["q0"])}]}).json()
+            assert made["results_url"] == f"{root}{MESSAGES_PATH}/batches/{made['id']}/results"
+            httpx.get(made["results_url"]).raise_for_status()
+        again.writer.close()
+    assert again.counts["recorded"] == 1, again.summary()
+
+
+def test_a_second_batch_of_one_upload_is_said_not_saved(
+        recorded: tuple[Recorder, str], caplog: pytest.LogCaptureFixture) -> None:
+    """Each line is saved once, then forgotten: a batch run again over the same input file
+    saves nothing, and says so (counted, warned), never silently."""
+    recorder, url = recorded
+    with openai.OpenAI(base_url=url, api_key="k") as client:
+        data = orjson.dumps({"custom_id": "a", "method": "POST", "url": CHAT,
+                             "body": chat("What is 2 + 3?")}) + b"\n"
+        uploaded = client.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
+        for _ in range(2):
+            batch = client.batches.create(input_file_id=uploaded.id, endpoint=CHAT,
+                                          completion_window="24h")
+            while batch.status not in ENDED:
+                batch = client.batches.retrieve(batch.id)
+            assert batch.output_file_id is not None
+            client.files.content(batch.output_file_id).read()
+    assert recorder.counts["recorded"] == 1, recorder.summary()
+    assert recorder.counts["unrecordable"] == 1, recorder.summary()
+    assert f"batch {batch.id}" in caplog.text and uploaded.id in caplog.text
+
+
+def test_lines_a_failed_write_did_not_save_are_kept_for_the_next_download(
+        upstream: str) -> None:
+    """A write that fails (a full disk: /dev/full) is the recorder's 500, and the client
+    downloads again: the lines are kept until saved, so the retry saves them, or the
+    summary counts them as never saved (not silently forgotten)."""
+    recorder = Recorder(upstream, RecordWriter(Path("/dev/full")))
+    try:
+        with running(create_record_app(recorder)) as url, openai.OpenAI(
+                base_url=url, api_key="k", max_retries=0) as client:
+            with pytest.raises(openai.InternalServerError):
+                openai_batch(client, {"q0": QUESTIONS["q0"]})
+            with pytest.raises(openai.InternalServerError):  # (the download, again)
+                client.files.content(next(iter(recorder.batches.results_of))).read()
+    finally:
+        recorder.writer.close()
+    assert "1 batch lines whose results never came through" in recorder.summary()
