@@ -93,21 +93,13 @@ def haproxy_binary() -> str:
 def balancer(ports: Sequence[int], tmp: Path) -> Iterator[Balancer]:
     """Debian's haproxy on a free 127.0.0.1 port in front of `ports`, in `tmp`, from
     docker/haproxy.cfg; stopped by its PID whatever happened."""
-    binary = haproxy_binary()
-    admin = tmp / "admin.sock"
-    config, log = tmp / "haproxy.cfg", tmp / "haproxy.log"
+    admin, config, log = tmp / "admin.sock", tmp / "haproxy.cfg", tmp / "haproxy.log"
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(128)
         port = listener.getsockname()[1]
         config.write_text(local_config(CONFIG.read_text(), listener.fileno(), ports, admin))
-        check = subprocess.run([binary, "-c", "-f", str(config)], capture_output=True,
-                               text=True, timeout=30, pass_fds=[listener.fileno()])
-        assert check.returncode == 0, f"{config}:\n{check.stdout}{check.stderr}"
-        with log.open("wb") as out:
-            proc = subprocess.Popen([binary, "-db", "-f", str(config)], cwd=tmp, stdout=out,
-                                    stderr=subprocess.STDOUT, pass_fds=[listener.fileno()],
-                                    start_new_session=True)
+        proc = _start(config, log, listener.fileno())
     try:
         servers = [line.split()[1] for line in config.read_text().splitlines()
                    if line.split()[:1] == ["server"]]
@@ -118,6 +110,19 @@ def balancer(ports: Sequence[int], tmp: Path) -> Iterator[Balancer]:
         yield running
     finally:
         _stop(proc)
+
+
+def _start(config: Path, log: Path, listen_fd: int) -> subprocess.Popen[bytes]:
+    """`haproxy -c` on `config` (its errors, named), then haproxy in the foreground, in a
+    session of its own, logging to `log`, handed the listening socket."""
+    binary = haproxy_binary()
+    check = subprocess.run([binary, "-c", "-f", str(config)], capture_output=True, text=True,
+                           timeout=30, pass_fds=[listen_fd])
+    assert check.returncode == 0, f"{config}:\n{check.stdout}{check.stderr}"
+    with log.open("wb") as out:
+        return subprocess.Popen([binary, "-db", "-f", str(config)], cwd=config.parent,
+                                stdout=out, stderr=subprocess.STDOUT, pass_fds=[listen_fd],
+                                start_new_session=True)
 
 
 def _answers(running: Balancer) -> bool:

@@ -13,8 +13,6 @@ import pytest
 
 from tests.parts.haproxy import CONFIG, Fleet, local_config, replicas
 
-pytestmark = pytest.mark.slow
-
 SERVE = ["serve", "examples/"]
 QUESTION = [{"role": "system", "content": "Answer with a number only."},
             {"role": "user", "content": "What is 2+2?"}]
@@ -48,6 +46,7 @@ def hits(fleet: Fleet) -> list[int]:
     return counts
 
 
+@pytest.mark.slow
 def test_round_robin_over_the_replicas(tmp_path: Path) -> None:
     with replicas(SERVE, 3, tmp_path) as fleet, openai.OpenAI(
             base_url=fleet.url, api_key="replay", max_retries=0) as client:
@@ -57,6 +56,7 @@ def test_round_robin_over_the_replicas(tmp_path: Path) -> None:
         assert logged(fleet) == [(f"replica{n}", "200", "0") for n in (1, 2, 3, 1, 2, 3)]
 
 
+@pytest.mark.slow
 def test_a_killed_replica_s_requests_go_to_the_others(tmp_path: Path) -> None:
     """With its health checks off, haproxy keeps giving the killed replica its turn: every
     such request fails to connect, and retry-on conn-failure with redispatch sends it to a
