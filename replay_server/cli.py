@@ -182,7 +182,7 @@ def convert(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
     """
     try:
         count, ctx = convert_paths(paths, output, skip_bad_lines=skip_bad_lines,
-                                   max_line=max_line_size, tokenizer=tokenizer)
+                                   max_line=max_line_size, tokenizer=tokenizer, say=_say)
     except LoadError as error:
         _fail(error)
     _say(f"wrote {count} records to {output}")
