@@ -121,6 +121,9 @@ def main() -> None:
 def serve(paths: tuple[str, ...], **options: Any) -> None:
     """Serve the saved runs in PATHS (files or directories) over the OpenAI API.
 
+    PATHS may be URLs too (s3://bucket/prefix/, gs://, hf://, https://: the `objects`
+    extra), fetched into a local cache ($REPLAY_SERVER_CACHE), as every command does.
+
     Reads, as they are: replay-server records (.jsonl, from `record` or `convert`), OpenAI
     Batch input + output files, lm-evaluation-harness --log_samples output, inspect_ai
     logs (.eval, .json), olmo-eval and oe-eval output directories, lighteval

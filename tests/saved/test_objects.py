@@ -231,25 +231,31 @@ def test_concurrent_starts_share_the_cache(s3: S3, tmp_path: Path) -> None:
 # -- http(s):// through a real HTTP server ---------------------------------------------------
 
 class Files(http.server.SimpleHTTPRequestHandler):
-    """Serves a folder; `/cut.jsonl` promises more bytes than it sends (a cut download)."""
+    """Serves a folder; and two downloads cut short: `/cut.jsonl` promises more bytes than
+    it sends, `/short.jsonl` is listed (HEAD) longer than the whole body it sends (an
+    object cut by a proxy, or replaced between the listing and the download)."""
 
     def do_GET(self) -> None:
-        if self.path.startswith("/cut.jsonl"):
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(RUN) + 100))
-            self.end_headers()
-            self.wfile.write(RUN)
-            self.close_connection = True
+        if not self.short():
+            super().do_GET()
             return
-        super().do_GET()
+        self.wfile.write(RUN)
+        self.close_connection = True
 
     def do_HEAD(self) -> None:
-        if self.path.startswith("/cut.jsonl"):
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(RUN) + 100))
-            self.end_headers()
-            return
-        super().do_HEAD()
+        if not self.short():
+            super().do_HEAD()
+
+    def short(self) -> bool:
+        """Whether this is one of the two, its head sent."""
+        name = self.path.partition("?")[0]
+        if name not in ("/cut.jsonl", "/short.jsonl"):
+            return False
+        self.send_response(200)
+        whole = self.command == "HEAD" or name == "/cut.jsonl"
+        self.send_header("Content-Length", str(len(RUN) + 100 if whole else len(RUN)))
+        self.end_headers()
+        return True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -278,10 +284,18 @@ def test_an_http_url_is_served_and_shown_without_its_credentials(tmp_path: Path)
         secret = root.replace("://", f"://user:{SECRET}@") + f"/run.jsonl?token={SECRET}"
         with served(None, tmp_path, secret) as server:
             assert ask(server.url, "What is 2+2?") == ("4", f"{root}/run.jsonl:1")
-        cut = subprocess.run([*CLI, "inspect", f"{root}/cut.jsonl?key={SECRET}"],
+    assert SECRET not in server.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cut.jsonl", "short.jsonl"])
+def test_a_cut_download_is_never_used(tmp_path: Path, name: str) -> None:
+    pytest.importorskip("fsspec")
+    with http_files(tmp_path) as root:
+        cut = subprocess.run([*CLI, "inspect", f"{root}/{name}?key={SECRET}"],
                              env=environ(None, tmp_path), capture_output=True, text=True,
                              timeout=120)
     assert cut.returncode == 2
-    assert cut.stderr.startswith(f"error: {root}/cut.jsonl: ")
-    assert SECRET not in cut.stderr + server.output
-    assert not list((tmp_path / "c").rglob("*.part"))
+    assert cut.stderr.startswith(f"error: {root}/{name}: ")
+    assert SECRET not in cut.stderr
+    assert not [p for p in (tmp_path / "c").rglob("*") if p.is_file()]  # nothing kept
