@@ -41,6 +41,7 @@ class Opened:
     examples: list[tuple[str, str, dict[str, Any]]]  # (endpoint, model, keyed prompt)
     inputs: Plan  # the files it came from: what no output may replace (Plan.refuse_output)
     tokenizer: LocalTokenizer | None = None  # --tokenizer's, loaded once for the process
+    paths: Sequence[str | Path] = ()  # what was opened: a URL's local copy in its place
 
 
 def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
@@ -58,7 +59,7 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
         examples = [(r.endpoint, r.model, prompt_of(r))
                     for _, r in sorted(loaded.examples.items())]
         return Opened(loaded.index, fetched.notes + report_lines(loaded), examples,
-                      loaded.plan, loaded.ctx.tokenizer)
+                      loaded.plan, loaded.ctx.tokenizer, paths)
     if len(paths) > 1:
         raise LoadError(str(indexes[0]), None, "an index file is served on its own; build "
                         "one index from all the saved files with `replay-server index`")
@@ -75,7 +76,7 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
     if (unchecked := index.sources.unchecked()) is not None:
         report.append(f"  warning: {unchecked}: whether they changed since cannot be told")
     return Opened(index, report, index.examples(), index.sources.inputs(),
-                  tokenizer_of(settings.tokenizer))
+                  tokenizer_of(settings.tokenizer), paths)
 
 
 @contextmanager
@@ -164,7 +165,7 @@ def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str],
     if settings.workers > 1:
         workers.check(opened.index, settings)
         sock, base_url = _ready(opened, settings, say)
-        workers.run(paths, settings, sock)
+        workers.run(opened.paths, settings, sock)  # the index file, fetched if a URL
         say("replay-server: stopped")
         return
     with upstream_of(opened, settings, say) as recorder:

@@ -166,6 +166,8 @@ def test_an_index_file_in_a_bucket_is_fetched_and_served(s3: S3, tmp_path: Path)
     with served(s3, tmp_path, "s3://idx/index/run.idx") as server:
         assert ask(server.url, "Name a colour.") == ("blue", "s3://idx/runs/run.jsonl:2")
     assert "opened index s3://idx/index/run.idx" in server.output
+    with served(s3, tmp_path, "s3://idx/index/run.idx", "--workers", "2") as server:
+        assert ask(server.url, "What is 2+2?") == ("4", "s3://idx/runs/run.jsonl:1")
 
 
 @pytest.mark.slow
