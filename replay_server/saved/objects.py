@@ -124,7 +124,7 @@ def failure(url: str, error: Exception) -> LoadError:
                "s3://, the AWS_* variables or a profile) may not read it")
     else:
         text = re.sub(r"\w+://[^\s'\"]+", lambda m: shown(m.group()), str(error))
-        why = f"cannot fetch it: {type(error).__name__}: {text}"
+        why = f"cannot read it: {type(error).__name__}: {text}"
     return LoadError(shown(url), None, why)
 
 

@@ -25,7 +25,7 @@ from replay_server import errors
 from replay_server.errors import LoadError, show_as, shown_file
 from replay_server.saved import objects
 from tests.parts.s3 import S3, SECRET, s3_server
-from tests.support import CLI, MODEL, chat_response, spawn
+from tests.support import CLI, MODEL, chat_response, free_port, spawn
 
 
 def line(text: str, answer: str) -> bytes:
@@ -299,3 +299,19 @@ def test_a_cut_download_is_never_used(tmp_path: Path, name: str) -> None:
     assert cut.stderr.startswith(f"error: {root}/{name}: ")
     assert SECRET not in cut.stderr
     assert not [p for p in (tmp_path / "c").rglob("*") if p.is_file()]  # nothing kept
+
+
+@pytest.mark.slow
+def test_an_index_whose_objects_cannot_be_listed_here_says_so_and_serves(
+        s3: S3, tmp_path: Path) -> None:
+    s3.bucket("away", {"run.jsonl": RUN})
+    index = tmp_path / "run.idx"
+    assert cli(s3, tmp_path, "index", "s3://away/", "-o", str(index)).returncode == 0
+    elsewhere = {**s3.env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+                 "AWS_MAX_ATTEMPTS": "1"}
+    with spawn("serve", str(index), env={**environ(s3, tmp_path), **elsewhere},
+               timeout=120) as server:
+        assert ask(server.url, "What is 2+2?") == ("4", "s3://away/run.jsonl:1")
+    assert "warning: the objects it was built from cannot be listed here (s3://away/: cannot " \
+        "read it: EndpointConnectionError" in server.output
+    assert SECRET not in server.output
