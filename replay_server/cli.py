@@ -121,6 +121,9 @@ def main() -> None:
 def serve(paths: tuple[str, ...], **options: Any) -> None:
     """Serve the saved runs in PATHS (files or directories) over the OpenAI API.
 
+    PATHS may be URLs too (s3://bucket/prefix/, gs://, hf://, https://: the `objects`
+    extra), fetched into a local cache ($REPLAY_SERVER_CACHE), as every command does.
+
     Reads, as they are: replay-server records (.jsonl, from `record` or `convert`), OpenAI
     Batch input + output files, lm-evaluation-harness --log_samples output, inspect_ai
     logs (.eval, .json), olmo-eval and oe-eval output directories, lighteval
@@ -182,7 +185,7 @@ def convert(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
     """
     try:
         count, ctx = convert_paths(paths, output, skip_bad_lines=skip_bad_lines,
-                                   max_line=max_line_size, tokenizer=tokenizer)
+                                   max_line=max_line_size, tokenizer=tokenizer, say=_say)
     except LoadError as error:
         _fail(error)
     _say(f"wrote {count} records to {output}")

@@ -219,6 +219,29 @@ def render(error: ReplayServerError,
     return error.status, headers if error.retryable else [*headers, NO_RETRY_HEADER], body
 
 
+# Saved files shown by another name than their local path: an object fetched from object
+# storage is read from the local cache (`saved/objects.py`), and named by its URL. Empty
+# until a command fetches one.
+_SHOWN: dict[str, str] = {}
+
+
+def show_as(local: str, name: str) -> None:
+    """Name the local file or folder `local`, and everything under it, `name` wherever a
+    saved file is named: a URL's cached copy is an implementation detail, the URL is what
+    the user gave and can look at."""
+    _SHOWN[local] = name
+
+
+def shown_file(file: str) -> str:
+    """A saved file's name as every error, record and report gives it: the path it was
+    read by, or the URL it was fetched from. LoadError and `saved.record.make_record` ask
+    here, the two places a file's name enters an error or a record."""
+    for local, name in _SHOWN.items():
+        if file.startswith(local) and file[len(local):len(local) + 1] in ("", "/"):
+            return name + file[len(local):]
+    return file
+
+
 def where_of(file: object, line: object = None, instance: object = None) -> str:
     """`FILE:LINE` (`FILE` when there is no line), plus ` (INSTANCE)` when known: the one
     way every message, report and header names a place in a saved file."""
@@ -234,7 +257,7 @@ class LoadError(Exception):
 
     def __init__(self, file: str, line: int | None, reason: str, field: str | None = None,
                  place: str | None = None):
-        self.file = file
+        self.file = shown_file(file)
         self.line = line
         self.reason = reason
         self.field = field

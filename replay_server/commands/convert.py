@@ -7,7 +7,7 @@ still says so) and replays identically: same prompts, instances, samples and sav
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..saved.formats import LoadContext
@@ -19,7 +19,8 @@ from ..settings import DEFAULT_MAX_LINE
 
 def convert_paths(paths: Sequence[str | Path], out: Path, *, skip_bad_lines: bool = False,
             progress: bool = True, max_line: int = DEFAULT_MAX_LINE,
-            tokenizer: str | None = None) -> tuple[int, LoadContext]:
+            tokenizer: str | None = None, say: Callable[[str], None] = lambda line: None
+            ) -> tuple[int, LoadContext]:
     """Write every saved record under `paths` to `out` as native JSONL; returns the count.
 
     The file appears whole or not at all (written beside it, then renamed), and never
@@ -30,6 +31,8 @@ def convert_paths(paths: Sequence[str | Path], out: Path, *, skip_bad_lines: boo
     ctx = context(skip_bad_lines=skip_bad_lines, max_line=max_line, tokenizer=tokenizer)
     planned = plan(paths, ctx)
     planned.refuse_output(out)
+    for note in planned.notes:
+        say(note)
     conversion = uuid.uuid4().hex[:12]
     bar = progress_bar(planned.total_bytes, "converting", progress)
     ctx.on_progress = bar.update

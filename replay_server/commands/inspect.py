@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import shown_file
 from ..index.index import Entry, entry_of
 from ..index.loading import Loaded, load
 
@@ -42,21 +43,23 @@ def summary(loaded: Loaded) -> dict[str, Any]:
             "max_model_len": run.max_model_len,
         }
     return {
-        "files": [{"file": str(path), "format": name} for name, path in loaded.plan.files],
+        "objects": loaded.plan.notes,
+        "files": [{"file": shown_file(str(path)), "format": name}
+                  for name, path in loaded.plan.files],
         "records_by_source": [{"file": f, "model": m, "records": n}
                               for (f, m), n in sorted(loaded.per_file.items())],
         "models": models,
         "skipped": {reason: {"count": n, "examples": loaded.ctx.skipped_examples[reason]}
                     for reason, n in sorted(loaded.ctx.skipped.items())},
         "bad_lines": [str(e) for e in loaded.ctx.bad_lines],
-        "ignored_files": [str(p) for p in loaded.plan.ignored],
+        "ignored_files": [shown_file(str(p)) for p in loaded.plan.ignored],
         "seconds": round(loaded.seconds, 3),
     }
 
 
 def render(report: dict[str, Any]) -> list[str]:
     """The summary in lines for a human."""
-    lines = ["files:"]
+    lines = [*report["objects"], "files:"]
     lines += [f"  {f['file']}  ({f['format']})" for f in report["files"]]
     lines.append("records by source file and model:")
     lines += [f"  {r['file']}  {r['model']}: {r['records']}" for r in report["records_by_source"]]

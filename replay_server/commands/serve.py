@@ -15,12 +15,13 @@ from typing import Any
 
 import orjson
 
-from ..errors import LoadError
+from ..errors import LoadError, shown_file
 from ..index import file as index_file
 from ..index.index import Index, prompt_of
 from ..index.loading import load, report_lines
-from ..saved.loader import Plan, is_index, tokenizer_of
+from ..saved.loader import Plan, is_index, progress_bar, tokenizer_of
 from ..saved.local_tokenizer import LocalTokenizer
+from ..saved.objects import fetch
 from ..saved.writer import writable
 from ..settings import Settings
 from ..web import workers
@@ -40,6 +41,7 @@ class Opened:
     examples: list[tuple[str, str, dict[str, Any]]]  # (endpoint, model, keyed prompt)
     inputs: Plan  # the files it came from: what no output may replace (Plan.refuse_output)
     tokenizer: LocalTokenizer | None = None  # --tokenizer's, loaded once for the process
+    paths: Sequence[str | Path] = ()  # what was opened: a URL's local copy in its place
 
 
 def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
@@ -47,6 +49,8 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
     output path fails before a long load."""
     if settings.out is not None:
         writable(Path(settings.out), "--out", append=True)
+    fetched = fetch(paths, lambda total, what: progress_bar(total, what, True))
+    paths = fetched.paths  # a URL's local copy in its place: an index file may be one
     indexes = [Path(p) for p in paths if is_index(Path(p))]
     if not indexes:
         loaded = load(paths, skip_bad_lines=settings.skip_bad_lines,
@@ -54,14 +58,14 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
                       tokenizer=settings.tokenizer)
         examples = [(r.endpoint, r.model, prompt_of(r))
                     for _, r in sorted(loaded.examples.items())]
-        return Opened(loaded.index, report_lines(loaded), examples, loaded.plan,
-                      loaded.ctx.tokenizer)
+        return Opened(loaded.index, fetched.notes + report_lines(loaded), examples,
+                      loaded.plan, loaded.ctx.tokenizer, paths)
     if len(paths) > 1:
         raise LoadError(str(indexes[0]), None, "an index file is served on its own; build "
                         "one index from all the saved files with `replay-server index`")
     index = index_file.StoredIndex(indexes[0], settings.aliases())
     index.sources.refuse_stale()
-    report = [f"opened index {indexes[0]}: " + ", ".join(
+    report = [*fetched.notes, f"opened index {shown_file(str(indexes[0]))}: " + ", ".join(
         f"model {name}: {run.records} exchanges, {len(run.entries)} prompts"
         for name, run in index.models.items())]
     missing = index.sources.missing()
@@ -69,8 +73,10 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
         report.append(f"  warning: {len(missing)} saved file(s) the index was built from are "
                       f"not here (e.g. {missing[0]}): whether they changed since cannot be "
                       "told")
+    if (unchecked := index.sources.unchecked()) is not None:
+        report.append(f"  warning: {unchecked}: whether they changed since cannot be told")
     return Opened(index, report, index.examples(), index.sources.inputs(),
-                  tokenizer_of(settings.tokenizer))
+                  tokenizer_of(settings.tokenizer), paths)
 
 
 @contextmanager
@@ -159,7 +165,7 @@ def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str],
     if settings.workers > 1:
         workers.check(opened.index, settings)
         sock, base_url = _ready(opened, settings, say)
-        workers.run(paths, settings, sock)
+        workers.run(opened.paths, settings, sock)  # the index file, fetched if a URL
         say("replay-server: stopped")
         return
     with upstream_of(opened, settings, say) as recorder:

@@ -73,7 +73,7 @@ def load(paths: Sequence[str | Path], *, skip_bad_lines: bool = False,
 def report_lines(loaded: Loaded) -> list[str]:
     """What was loaded, skipped and ignored, in lines for a human."""
     runs = loaded.index.models.values()
-    lines = [f"loaded {sum(r.records for r in runs)} saved exchanges "
+    lines = [*loaded.plan.notes, f"loaded {sum(r.records for r in runs)} saved exchanges "
              f"({sum(len(r.entries) for r in runs)} prompts) for {len(loaded.index.models)} "
              f"model(s) from {len(loaded.plan.files)} file(s) in {loaded.seconds:.2f}s"]
     for run in sorted(runs, key=lambda r: r.name):

@@ -16,6 +16,12 @@ directory walked. From them:
   of a command may replace (`Plan.refuse_output`), as when the saved files are served.
 An index none of whose saved files is here (copied to another machine) cannot be checked:
 `Sources.missing`, said at start; one of them gone while another is here is a change.
+
+Objects (`saved/objects.py`) are kept by URL, with their size and identity, and each URL
+argument's listing: `Sources.stale` lists them again (a listing, nothing is fetched) and
+counts an object changed, gone or new under a prefix as a change; when they cannot be
+listed (no network, no credentials here), `Sources.unchecked` says so at start, as for
+missing files.
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from ..errors import LoadError
+from ..errors import LoadError, shown_file
+from ..saved import objects
 from ..saved.loader import Plan, absolute, claimed, listing
 
 
@@ -38,12 +46,15 @@ def record(plan: Plan) -> dict[str, str]:
         return orjson.dumps(value).decode()
 
     read = [p for _, p in plan.files]
-    kept = set(read)
-    return {"inputs": text([str(p) for p in plan.arguments]),
-            "sources": text([{"file": str(absolute(p)), "size": plan.stamps[p][0],
+    kept = set(read) | set(plan.objects)
+    return {"inputs": text([plan.urls.get(p, str(p)) for p in plan.arguments]),
+            "sources": text([plan.objects[p].record() if p in plan.objects else
+                             {"file": str(absolute(p)), "size": plan.stamps[p][0],
                               "mtime": plan.stamps[p][1]} for p in read]),
             "unread": text({str(absolute(p)): stamp for p, stamp in plan.stamps.items()
                             if p not in kept}),
+            "objects": text({url: [o.record() for o in listed]
+                             for url, listed in plan.listings.items()}),
             "folders": text({str(k): [str(p) for p in v] for k, v in plan.listed.items()}),
             "walked": text(sorted(str(f) for f in plan.folders))}
 
@@ -63,7 +74,11 @@ class Sources:
     def __init__(self, path: Path, meta: Mapping[str, str]) -> None:
         self.path = path
         self.arguments: list[str] = orjson.loads(meta.get("inputs", "[]"))
-        self.files: list[dict[str, Any]] = orjson.loads(meta.get("sources", "[]"))
+        sources: list[dict[str, Any]] = orjson.loads(meta.get("sources", "[]"))
+        self.files = [s for s in sources if "file" in s]  # (the others are objects)
+        # each URL argument's objects as listed then: {url: [{url, size, identity}]}
+        self.objects: dict[str, list[dict[str, Any]]] = orjson.loads(meta.get("objects",
+                                                                               "{}"))
         self.folders: dict[str, list[str]] = orjson.loads(meta.get("folders", "{}"))
         self.walked: list[str] = orjson.loads(meta.get("walked", "[]"))
         # the files of its directories that no reader claimed, with their size and mtime
@@ -92,7 +107,44 @@ class Sources:
             stale.update((f"{f} (gone)", None) for f in files if f in stamps and f not in now)
             stale.update((f"{f} (new)", None) for f, p in now.items() if f not in stamps
                          and _stamp(p) != self.unread.get(f) and claimed(p))
-        return list(stale)
+        return [*stale, *self._objects_stale()]
+
+    @cached_property
+    def _listed(self) -> tuple[dict[str, dict[str, Any]], str | None]:
+        """Each object under the URL arguments now (a listing: nothing is fetched), by
+        URL; or why they cannot be listed here."""
+        now: dict[str, dict[str, Any]] = {}
+        for url in self.objects:
+            try:
+                now.update((o.url, o.record()) for _, _, o in objects.listing(url).objects)
+            except LoadError as error:
+                return {}, str(error)
+        return now, None
+
+    def _objects_stale(self) -> list[str]:
+        """`URL (changed)`, `URL (gone)`, `URL (new)` of the objects the index read."""
+        now, why = self._listed if self.objects else ({}, None)
+        if why is not None:
+            return []
+        then = {o["url"]: o for listed in self.objects.values() for o in listed}
+        return [*(f"{u} (gone)" if u not in now else f"{u} (changed)" for u, o in
+                  then.items() if now.get(u) != o and o["identity"] is not None),
+                *(f"{u} (new)" for u in now if u not in then)]
+
+    def unchecked(self) -> str | None:
+        """Why the objects the index was built from cannot be checked for a change: they
+        cannot be listed here, or their store gives no identity (None: all checked)."""
+        if not self.objects:
+            return None
+        why = self._listed[1]
+        if why is not None:
+            return f"the objects it was built from cannot be listed here ({why})"
+        blind = [o["url"] for listed in self.objects.values() for o in listed
+                 if o["identity"] is None]
+        if blind:
+            return (f"{len(blind)} object(s) it was built from (e.g. {blind[0]}) have no "
+                    "identity (no ETag, version or time) in their store")
+        return None
 
     def missing(self) -> list[str]:
         """The saved files it was built from that are not here, nor their directory."""
@@ -108,11 +160,14 @@ class Sources:
             return
         shown = "; ".join(stale[:5]) + (f"; and {len(stale) - 5} more" if len(stale) > 5
                                          else "")
+        name = shown_file(str(absolute(self.path)))
+        out = shlex.quote(str(absolute(self.path)) if name == str(absolute(self.path))
+                          else Path(name).name)  # fetched: written here, uploaded again
         raise LoadError(str(self.path), None, f"the saved files it was built from changed "
                         f"since: {shown}. It would serve what they held then: rebuild it "
-                        f"with `replay-server index {shlex.join(self.arguments)} -o "
-                        f"{shlex.quote(str(absolute(self.path)))}` (with the options it was "
-                        "built with), or serve the saved files themselves")
+                        f"with `replay-server index {shlex.join(self.arguments)} -o {out}` "
+                        "(with the options it was built with), or serve the saved files "
+                        "themselves")
 
     def inputs(self) -> Plan:
         """The index file and what it was built from, as inputs no output may replace:

@@ -6,7 +6,9 @@ Each command-line argument is one group: a directory is walked recursively (hidd
 skipped, symlinks followed once, loops cut) in sorted order, so that saved order is stable;
 all file arguments together form one group. Readers see the files they claimed in a group
 together, so that formats split over several files (a Batch input and its output) join.
-Saved files are only ever opened for reading.
+Saved files are only ever opened for reading. A URL among the paths (`s3://bucket/prefix/`)
+is fetched into a local cache first (`saved/objects.py`), and then read as a directory or
+file of it; every message names the URL.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..errors import LoadError
 from ..settings import DEFAULT_MAX_LINE
 from .formats import READERS, LoadContext, Reader
 from .jsonl import LineTooLong, line_not_json
+from .objects import Object, fetch
 from .record import Record
 from .writer import not_a_file
 
@@ -55,6 +58,12 @@ class Plan:
     arguments: list[Path] = field(default_factory=list)
     listed: dict[Path, list[Path]] = field(default_factory=dict)
     stamps: dict[Path, tuple[int, float]] = field(default_factory=dict)
+    # What came from object storage: each argument's URL (by its local view), each local
+    # copy's object, each URL argument's objects as listed; and what fetching them did.
+    urls: dict[Path, str] = field(default_factory=dict)
+    objects: dict[Path, Object] = field(default_factory=dict)
+    listings: dict[str, list[Object]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def keep(self, path: Path) -> None:
         """Count `path` among the inputs that no output may replace, though no reader reads
@@ -268,8 +277,11 @@ def plan(paths: Sequence[str | Path], ctx: LoadContext | None = None) -> Plan:
     """Find and claim every file, raising LoadError for a path that holds nothing to serve
     (or, with a context that skips bad lines, for nothing worse than unreadable files)."""
     result = Plan(max_line=ctx.max_line if ctx is not None else DEFAULT_MAX_LINE)
+    fetched = fetch(paths, lambda total, what: progress_bar(total, what, True))
+    result.urls, result.objects = fetched.urls, fetched.objects
+    result.listings, result.notes = fetched.listings, fetched.notes
     files: list[Path] = []
-    for raw in paths:
+    for raw in fetched.paths:
         path = Path(raw)
         if not path.exists():
             raise LoadError(str(path), None, "no such file or directory")
@@ -279,8 +291,10 @@ def plan(paths: Sequence[str | Path], ctx: LoadContext | None = None) -> Plan:
         result.arguments.append(absolute(path))
         if path.is_dir():
             first = len(result.ignored)
-            walked = list(_walk(path, result.folders))
-            result.listed[absolute(path)] = [absolute(p) for p in walked]
+            # a URL's view is not a folder of the user's: its objects were listed instead
+            walked = list(_walk(path, set() if path in result.urls else result.folders))
+            if path not in result.urls:
+                result.listed[absolute(path)] = [absolute(p) for p in walked]
             group = _group(walked, result, explicit=False, ctx=ctx)
             if not group:
                 raise _nothing_read(path, result.ignored[first:], result.max_line)

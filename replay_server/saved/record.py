@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import BadRequest, LoadError, where_of
+from ..errors import BadRequest, LoadError, shown_file, where_of
 from ..paths import MODELS_PATH, NO_GENERATION
 from ..wire import tokenizer
 from ..wire.answer import MISSING, BadAnswer, want
@@ -173,6 +173,7 @@ def make_record(endpoint: Any, model: Any, request: Any, response: Any, source: 
     completions body's choices in index order); a record whose response is not an answer
     (null text, an empty message, a failed response) is marked unusable, saying why.
     """
+    file = shown_file(file)  # a fetched object's URL, not its cached copy
     family = FAMILIES.get(endpoint) if isinstance(endpoint, str) else None
     if family is None:
         endpoint = _want(file, line, "endpoint", endpoint, str)

@@ -21,7 +21,7 @@ from typing import Any
 import uvicorn
 
 from ..settings import DEFAULT_READ_TIMEOUT, Settings
-from .credentials import query_without_keys
+from ..wire.credentials import query_without_keys
 from .guarded import GuardedProtocol
 
 

@@ -83,12 +83,12 @@ from ..paths import (
 )
 from ..saved.record import dump_line, make_record, strip_transport
 from ..saved.writer import RecordWriter
+from ..wire.credentials import basic_auth, query_without_keys, shown, without_keys
 from ..wire.families import ENDPOINTS, endpoint_for, error_body_of, family_for, family_of
 from ..wire.family import Aggregator, Family
 from ..wire.sse import Frames, StreamError
 from .batch_recorder import BatchRecorder
 from .batches import PATHS as BATCH_PATHS
-from .credentials import basic_auth, query_without_keys, shown, without_keys
 from .relay import Relay, unless_gone, watch_disconnect
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from replay_server.web.credentials import key_like, query_without_keys, shown, without_keys
+from replay_server.wire.credentials import key_like, query_without_keys, shown, without_keys
 
 
 @pytest.mark.parametrize("name", [
