@@ -1,0 +1,57 @@
+"""A real `redis-server` (Debian's package) for the shared-state tests: on a free
+127.0.0.1 port, in a temporary directory, with nothing saved to disk, stopped by its PID
+whatever happened. Skipped where redis-server is missing and cannot be installed (never
+in CI: `parts.system.need` fails there)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.parts.system import need
+from tests.support import free_port
+
+
+@dataclass
+class RedisServer:
+    proc: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        """Stop it now (SIGKILL, by its PID): the store goes away as a crash takes it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@contextmanager
+def running(directory: Path) -> Iterator[RedisServer]:
+    need(**{"redis-server": "redis-server"})
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(directory)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = RedisServer(proc, port)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server did not start on port {port}") from None
+                time.sleep(0.02)
+        yield server
+    finally:
+        server.stop()
