@@ -53,12 +53,16 @@ def decode(data: bytes, index: Index) -> dict[str, Any]:
         return event
     entries = index.models[event["model"]].entries
     found = [bytes.fromhex(k) for k in event["keys"]]
-    values = [entries[k] for k in found]
+    values = [entries.get(k) for k in found]
+    if None in values:  # (the run's shape is checked at start: another run's event)
+        raise ValueError(f"an answer of a prompt that model {event['model']!r} lacks")
     event["keys"] = found
     event["chosen"] = [(value, _selection(value, places))
-                       for value, places in zip(values, event["chosen"], strict=True)]
+                       for value, places in zip(values, event["chosen"], strict=True)
+                       if value is not None]
     event["sent"] = [_selection(value, places)
-                     for value, places in zip(values, event["sent"], strict=True)]
+                     for value, places in zip(values, event["sent"], strict=True)
+                     if value is not None]
     return event
 
 

@@ -199,9 +199,19 @@ class RedisState(State):
             with self._folding:  # (each entry once, whoever read it first)
                 for entry_id, fields in found[0][1]:
                     if _order(entry_id) > _order(self._read_id):
-                        self.stats.apply(journal.decode(fields[b"e"], self.stats.index))
+                        self._apply(entry_id, fields[b"e"])
                         self._read_id = entry_id
             block_ms = None
+
+    def _apply(self, entry_id: bytes, data: bytes) -> None:
+        try:
+            event = journal.decode(data, self.stats.index)
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            log.error("shared state %s: journal entry %s cannot be counted (%s: %s): is "
+                      "another run under the prefix %s?", self.shown, entry_id.decode(),
+                      type(e).__name__, e, self.prefix)
+            return
+        self.stats.apply(event)
 
     def start_at(self, entry_id: bytes) -> None:
         """Fold from the entry after `entry_id` on (`run`: from its reset)."""
