@@ -25,7 +25,9 @@ Exit status, the first that applies (the codes, and what `--help` says of them: 
   outranks COMMAND's own failure: harnesses that exit non-zero when items fail would
   otherwise hide it.
   A tokenizer call (vLLM's /tokenize, ...) that went unanswered is no such request: it
-  carries no generation, so it is reported loudly but fails the run only with --strict;
+  carries no generation, so it is reported loudly but fails the run only with --strict.
+  With a shared state (--state, window.py), any replica's request counts, and a store
+  that cannot be read at the end fails the run too;
 - UPSTREAM_FAILED (6): with --upstream, a request forwarded there got no answer to save
   (the upstream's error answer, no answer, a broken stream, an answer that cannot be
   saved, a call the client gave up on), and no later attempt of the same request was
