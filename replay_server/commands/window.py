@@ -48,7 +48,8 @@ class Window:
 
     def close(self) -> None:
         """Fold what is left: once the last events arrived, and every request still open
-        on a live replica has its outcome (or `WAIT_S` passed)."""
+        on a live replica has its outcome (or `WAIT_S` passed); `failed` says why not
+        (the store cannot be read, or lost the state meanwhile)."""
         self._done.set()
         self._thread.join(FOLD_MS / 1000 * 3)
         time.sleep(SETTLE_S)
@@ -57,8 +58,9 @@ class Window:
             while True:
                 self.state.fold(block_ms=None)
                 if not self.open_on_live() or time.monotonic() > deadline:
-                    return
+                    break
                 time.sleep(0.05)
+            self.state.still_held()
         except StoreUnavailable as error:
             self.failed = str(error)
 

@@ -21,6 +21,7 @@ from tests.support import free_port
 class RedisServer:
     proc: subprocess.Popen[bytes]
     port: int
+    directory: Path
 
     @property
     def url(self) -> str:
@@ -32,26 +33,36 @@ class RedisServer:
             self.proc.kill()
         self.proc.wait(10)
 
+    def restart(self) -> None:
+        """Kill it, and start an empty one on the same port (nothing was saved)."""
+        self.stop()
+        self.proc = _start(self.port, self.directory)
+
+
+def _start(port: int, directory: Path) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(directory)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                proc.wait(10)
+                raise RuntimeError(f"redis-server did not start on port {port}") from None
+            time.sleep(0.02)
+
 
 @contextmanager
 def running(directory: Path) -> Iterator[RedisServer]:
     need(**{"redis-server": "redis-server"})
     port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(directory)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    server = RedisServer(proc, port)
+    server = RedisServer(_start(port, directory), port, directory)
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server did not start on port {port}") from None
-                time.sleep(0.02)
         yield server
     finally:
         server.stop()

@@ -70,6 +70,7 @@ class RedisState(State):
         self.scripts = {name: self.client.register_script(getattr(scripts, name))
                         for name in ("READ", "CLAIM", "COMMIT", "RELEASE", "RESET")}
         self.down: str | None = None  # why the store cannot be reached, while it cannot
+        self.lost: str | None = None  # why the store no longer holds the state: for good
         self.holding = False  # (`run`'s hold on the prefix: `hold`)
         self._ops: list[tuple[str, list[Any]]] = []  # events and settles, to send
         self._lock = threading.Lock()  # (the list above)
@@ -110,7 +111,21 @@ class RedisState(State):
         return StoreUnavailable(f"the shared state ({self.shown}) cannot be reached "
                                 f"({self.down}): this request cannot be answered without it")
 
+    def _lost_state(self) -> StoreUnavailable:
+        """The store no longer holds this run's state (it restarted without persisting
+        it): which samples were served is forgotten, so nothing is served from it again
+        by this replica (restart the replicas, and rescore from the start)."""
+        if self.lost is None:
+            self.lost = (f"the shared state ({self.shown}) lost this run's state (the store "
+                         "restarted without persisting it?): which saved samples were served "
+                         "is forgotten, so no request is answered from it; restart the "
+                         "replicas and rescore")
+            log.error("%s", self.lost)
+        return StoreUnavailable(self.lost)
+
     def check(self) -> None:
+        if self.lost is not None:
+            raise StoreUnavailable(self.lost)
         if self.down is not None:
             raise StoreUnavailable(f"the shared state ({self.shown}) cannot be reached "
                                    f"({self.down}): no request is answered without it")
@@ -126,9 +141,12 @@ class RedisState(State):
     def read(self, cursor: str) -> tuple[int, int, int]:
         """A cursor's epoch, taken places and places pending on a live replica."""
         try:
-            epoch, taken, live = self.scripts["READ"](args=[self.prefix, cursor])
+            epoch, *found = self.scripts["READ"](args=[self.prefix, cursor])
         except redis.RedisError as e:
             raise self._unavailable(e) from None
+        if epoch == -1:
+            raise self._lost_state()
+        taken, live = found
         pending = 0
         for place in live:
             pending |= 1 << int(place)
@@ -141,6 +159,8 @@ class RedisState(State):
                                                   *_pairs(places)])
         except redis.RedisError as e:
             raise self._unavailable(e) from None
+        if claimed == -1:
+            raise self._lost_state()
         if not claimed:
             raise Conflict
         return view.epoch
@@ -233,6 +253,15 @@ class RedisState(State):
                             f"on {self.shown} (prefix {self.prefix!r}): one at a time")
         self.holding = True
 
+    def still_held(self) -> None:
+        """Raise StoreUnavailable unless the store still holds the state (`_lost_state`)."""
+        try:
+            held = self.client.exists(self.key("shape"))
+        except redis.RedisError as e:
+            raise self._unavailable(e) from None
+        if not held:
+            raise self._lost_state()
+
     def alive(self, replica: int) -> bool:
         try:
             return bool(self.client.exists(self.key("alive", replica)))
@@ -318,6 +347,8 @@ class RedisState(State):
 
     def _beat(self) -> None:
         try:
+            if not self.client.exists(self.key("shape")):
+                self._lost_state()
             self.client.set(self.key("alive", self.replica), 1, px=HEARTBEAT_MS)
             if self.holding:
                 self.client.set(self.key("run"), self.replica, px=LOCK_MS)

@@ -6,12 +6,14 @@ Keys, under the run's prefix P (docs/state.md): `P:epoch` (the resets so far),
 `P:e{epoch}:pending:{cursor}` (a hash, place -> the replica whose answer is on its way),
 `P:alive:{replica}` (its heartbeat, which expires), `P:journal` (the stream of events).
 A pending place whose replica's heartbeat is gone is free: that replica died, and its
-answer, if it was ever sent, is not counted.
+answer, if it was ever sent, is not counted. A store without `P:shape` has lost the state
+(restarted without persisting it): no script decides anything from it (-1).
 """
 
 # ARGV: prefix, cursor -> {epoch, taken bits, places pending on a live replica}
 READ = """
 local prefix, cursor = ARGV[1], ARGV[2]
+if redis.call('EXISTS', prefix .. ':shape') == 0 then return {-1} end
 local epoch = redis.call('GET', prefix .. ':epoch') or '0'
 local base = prefix .. ':e' .. epoch .. ':'
 local taken = redis.call('GET', base .. 'taken:' .. cursor) or ''
@@ -30,6 +32,7 @@ return {epoch, taken, live}
 # ARGV: prefix, epoch, replica, then cursor, place pairs -> 1 claimed, 0 taken first
 CLAIM = """
 local prefix, replica = ARGV[1], ARGV[3]
+if redis.call('EXISTS', prefix .. ':shape') == 0 then return -1 end
 local epoch = redis.call('GET', prefix .. ':epoch') or '0'
 if epoch ~= ARGV[2] then return 0 end
 local base = prefix .. ':e' .. epoch .. ':'
@@ -50,6 +53,7 @@ COMMIT = """
 local prefix, replica = ARGV[1], ARGV[3]
 local lost = 0
 if redis.call('EXISTS', prefix .. ':alive:' .. replica) == 0 then lost = 1 end
+if redis.call('EXISTS', prefix .. ':shape') == 0 then lost = 1 end
 local epoch = redis.call('GET', prefix .. ':epoch') or '0'
 if epoch == ARGV[2] then
   local base = prefix .. ':e' .. epoch .. ':'

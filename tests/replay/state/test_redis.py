@@ -173,6 +173,25 @@ def test_a_busy_prompt_waits_for_the_answer_on_its_way(
         assert ask(b) == "1"
 
 
+def test_a_store_that_lost_the_state_serves_no_sample_again(
+        store: redis_server.RedisServer) -> None:
+    """A store restarted empty (nothing persisted) has forgotten which samples were
+    served: every replica refuses to answer from it, rather than serve them again."""
+    with replicas(store.url, REPEATS) as (a, b):
+        assert ask(a) == "1"
+        store.restart()
+        for _ in range(50):
+            try:
+                got = ask(b)
+            except errors.StoreUnavailable as error:
+                if "lost" in error.message:
+                    break  # (before: the connection that the restart cut)
+            else:
+                pytest.fail(f"served {got!r} from a store that lost the state")
+        else:
+            pytest.fail("never said the state was lost")
+
+
 def test_another_run_under_the_same_prefix_is_refused(
         store: redis_server.RedisServer) -> None:
     with replicas(store.url, REPEATS, n=1) as (a,):
