@@ -178,27 +178,24 @@ class Replayer:
         the caller waits and asks again; else the request is exhausted). A shared state
         that cannot be reached: StoreUnavailable, counted (kept until the store is back)."""
         try:
-            return self._decide(endpoint, body, headers, fields, patient)
+            self.state.check()
+            request, run = self._request(endpoint, body, headers, fields)
+            if request.family.chained:
+                self._key_responses(run, request)
+            for _ in range(CLAIM_TRIES):
+                try:
+                    return self._answer(endpoint, run, request, patient)
+                except Conflict:  # (another replica took a sample first: decide again)
+                    continue
+            error = StoreUnavailable(f"the saved samples of this prompt were claimed by "
+                                     f"other replicas {CLAIM_TRIES} times in a row")
+            self.count(run.name, request.endpoint, error, request.model)
+            error.kept = True  # (counted)
+            raise error
         except StoreUnavailable as error:
             if not error.kept:  # (else counted already, and kept)
                 self.count(None, endpoint, error)
             raise
-
-    def _decide(self, endpoint: str, body: bytes, headers: Iterable[tuple[bytes, bytes]],
-                fields: dict[str, Any] | None, patient: bool) -> Reply:
-        self.state.check()
-        request, run = self._request(endpoint, body, headers, fields)
-        if request.family.chained:
-            self._key_responses(run, request)
-        for _ in range(CLAIM_TRIES):
-            try:
-                return self._answer(endpoint, run, request, patient)
-            except Conflict:  # (another replica took a sample first: decide again)
-                continue
-        error = StoreUnavailable(f"the saved samples of this prompt were claimed by other "
-                                 f"replicas {CLAIM_TRIES} times in a row")
-        self.count(run.name, request.endpoint, error, request.model)
-        raise error
 
     def _answer(self, endpoint: str, run: ModelRun, request: ReplayRequest, patient: bool
                 ) -> Reply:
@@ -236,9 +233,11 @@ class Replayer:
                         "sent; the saved samples it carried were given back", taken.model,
                         taken.endpoint)
             return
-        self.state.commit(taken.places, taken.epoch, self.event(
-            "delivered", model=taken.model, endpoint=taken.endpoint, chosen=taken.chosen,
-            sent=taken.sent, keys=taken.keys))
+        state = self.state
+        state.commit(taken.places, taken.epoch, {  # (the hot path: a dict made at once)
+            "kind": "delivered", "replica": state.replica, "model": taken.model,
+            "endpoint": taken.endpoint, "chosen": taken.chosen, "sent": taken.sent,
+            "keys": taken.keys})
 
     def forwards(self, body: bytes, fields: dict[str, Any] | None = None) -> str | None:
         """The model a request names (in its body, or its path: `fields`), when it goes

@@ -150,7 +150,7 @@ class Stats:
         Returns what its counting returns (a tokenizer error: whether it is the first of
         its reason; a forwarded outcome: the outcome as counted)."""
         kind = event["kind"]
-        replica = event.get("replica", 0)
+        replica = event["replica"]
         if kind == "begun":
             self.requests += 1
             self.open[replica] += 1
