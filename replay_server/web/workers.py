@@ -56,7 +56,7 @@ def check(index: Index, settings: Settings) -> None:
                         "order (or --allow-ambiguous asks for that): that order lives in one "
                         "process, so serve this run with --workers 1, or share it between "
                         "workers with --state redis://...")
-    if settings.state is not None:
+    if settings.state is not None:  # (each worker will be a replica of its own)
         shared(index, settings.state, shown(settings.state), settings.state_prefix).close()
 
 

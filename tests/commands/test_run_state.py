@@ -4,6 +4,7 @@ real redis-server, driven by the official openai client; `run`'s verdict over al
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -175,3 +176,32 @@ def test_run_fails_when_the_store_goes_away(saved: Path,
     assert "error 503" in result.stdout, result.stderr
     assert result.returncode == 3, result.stderr
     assert "the shared state could not be read at the end" in result.stderr
+
+
+DIES = """
+import os, signal, socket, time, openai
+from urllib.parse import urlsplit
+other = urlsplit(os.environ["OTHER_URL"])
+cut = socket.create_connection((other.hostname, other.port))
+cut.sendall(b"POST /v1/chat/completions HTTP/1.1\\r\\nHost: x\\r\\n"
+            b"Content-Type: application/json\\r\\nContent-Length: 100\\r\\n\\r\\n{")
+time.sleep(0.5)  # (the request has begun there, and said so)
+os.killpg(int(os.environ["OTHER_PID"]), signal.SIGKILL)
+client = openai.OpenAI(max_retries=0)
+for text in ["q"] * 5 + ["greedy"]:
+    client.chat.completions.create(model="test/model",
+                                   messages=[{"role": "user", "content": text}])
+time.sleep(6)  # (its heartbeat expires: it is dead)
+cut.close()
+"""
+
+
+def test_a_replica_killed_with_a_request_in_flight_is_said_and_fails_nothing_by_itself(
+        saved: Path, store: redis_server.RedisServer, replicas: list[Spawned]) -> None:
+    env = {**os.environ, "OTHER_URL": replicas[1].url, "OTHER_PID": str(replicas[1].proc.pid)}
+    result = subprocess.run(
+        [*CLI, "run", str(saved), "--state", store.url, "--state-prefix", PREFIX,
+         "--server", replicas[0].base, "--", sys.executable, "-c", DIES],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"1 request\(s\) in flight on replica \d+ when it died", result.stderr)

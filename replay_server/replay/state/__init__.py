@@ -99,6 +99,10 @@ class State:
         """The counts of every event so far."""
         return self.stats
 
+    def where(self) -> str | None:
+        """Where a shared state lives, for the user (None: in this process)."""
+        return None
+
     def close(self) -> None:
         """Stop for good (a shared state says so to the others)."""
 

@@ -84,6 +84,10 @@ class RedisState(State):
                                         name=f"replay-server state {self.replica}")
         self._thread.start()
 
+    def where(self) -> str:
+        return (f"{self.shown} under the prefix {self.prefix} (this process: replica "
+                f"{self.replica})")
+
     def key(self, *parts: object) -> str:
         return ":".join((self.prefix, *map(str, parts)))
 
