@@ -119,10 +119,13 @@ class ReplayApp(FastAPI):
         if self.api_key is not None and scope["path"] not in UNGUARDED \
                 and not authorized(scope["headers"], scope.get("query_string", b""),
                                    self.api_key):
-            error = unauthorized()
+            error: ReplayServerError = unauthorized()
             if _counted(scope):
                 self.replayer.begun()
-                self.replayer.count(None, scope["path"], error)
+                try:
+                    self.replayer.count(None, scope["path"], error)
+                except StoreUnavailable as down:  # (kept, to send once the store is back)
+                    error = down
             await send_error(send, error, scope)
             return
         if not _counted(scope):

@@ -205,3 +205,16 @@ def test_a_replica_killed_with_a_request_in_flight_is_said_and_fails_nothing_by_
         capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
     assert re.search(r"1 request\(s\) in flight on replica \d+ when it died", result.stderr)
+
+
+def test_run_s_own_server_joins_the_shared_state(
+        saved: Path, store: redis_server.RedisServer, replicas: list[Spawned]) -> None:
+    """`run --state` without --server: its own server is one more replica; COMMAND asks
+    it and another replica in turn."""
+    env = {**os.environ, "OTHER_URL": replicas[1].url, "ASK": "q,q,q,q,q,greedy"}
+    result = subprocess.run(
+        [*CLI, "run", str(saved), "--state", store.url, "--state-prefix", PREFIX, "--",
+         sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=ROOT,
+        timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split()) == ["1", "2", "3", "4", "5", "g"]
