@@ -87,7 +87,7 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool,
     if stats.failures:
         return MISSED, (f"{len(stats.failures)} distinct request(s) got no saved generation "
                         f"({stats.failed()} attempt(s)): failing")
-    gone = sum(window.gone().values()) if window is not None else 0  # (said by the report)
+    gone = sum(window.gone.values()) if window is not None else 0  # (said by the report)
     no_answer = stats.in_flight() - gone + stats.undelivered
     if no_answer and not stopped:
         return MISSED, f"{no_answer} request(s) reached the server and got no answer: failing"
@@ -156,8 +156,7 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
         finally:
             if app is None:
                 replayer.state.close()
-    gone = window.gone() if window is not None and window.failed is None else {}
-    for line in report(replayer, ran.why is not None, gone):
+    for line in report(replayer, ran.why is not None, window.gone if window else None):
         say(line)
     if report_to is not None:
         count = write_report(report_to, replayer)

@@ -32,6 +32,10 @@ class Window:
         self.state: RedisState = replayer.state
         self.say = say
         self.failed: str | None = None  # why the store could not be read at the end
+        # requests in flight on each replica that died (heartbeat gone, never stopped),
+        # known at the end: their samples were given back; they fail the run only through
+        # what they leave unused (a client that did not retry: exit 4)
+        self.gone: dict[int, int] = {}
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._fold, daemon=True,
                                         name="replay-server run: journal")
@@ -61,22 +65,20 @@ class Window:
                     break
                 time.sleep(0.05)
             self.state.still_held()
+            self.gone = self._in_flight(alive=False)
         except StoreUnavailable as error:
             self.failed = str(error)
 
     def open_on_live(self) -> dict[int, int]:
         """Requests begun and not yet given an outcome, per replica still alive."""
-        stats = self.state.stats
-        return {r: n for r, n in stats.open.items() if n > 0 and r not in stats.stopped
-                and self.state.alive(r)}
+        return self._in_flight(alive=True)
 
-    def gone(self) -> dict[int, int]:
-        """Requests in flight on replicas that died (heartbeat gone, never stopped):
-        their samples were given back; they do not fail the run by themselves (a client
-        that did not retry leaves its sample unused: exit 4)."""
+    def _in_flight(self, alive: bool) -> dict[int, int]:
+        """Requests begun without an outcome, per replica that never stopped cleanly and
+        is alive (or dead: its heartbeat is gone)."""
         stats = self.state.stats
         return {r: n for r, n in stats.open.items() if n > 0 and r not in stats.stopped
-                and not self.state.alive(r)}
+                and self.state.alive(r) == alive}
 
     def _fold(self) -> None:
         while not self._done.is_set():

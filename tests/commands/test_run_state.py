@@ -143,12 +143,15 @@ def test_a_replica_whose_store_is_gone_answers_503_and_counts_it(
         assert ask(server.url) == "1"
         store.stop()
         response = httpx.post(f"{server.url}/chat/completions",
-                              json={"model": MODEL, "messages": user("greedy")}, timeout=30)
+                              json={"model": MODEL, "messages": user("q")}, timeout=30)
         assert response.status_code == 503, response.text
         assert response.headers["x-should-retry"] == "false"
         error = response.json()["error"]
         assert error["code"] == "replay_state_unavailable"
         assert store.url.removeprefix("redis://") in error["message"]
+        greedy = httpx.post(f"{server.url}/chat/completions",  # (met down: every request)
+                            json={"model": MODEL, "messages": user("greedy")}, timeout=30)
+        assert greedy.status_code == 503
 
 
 KILL = """
