@@ -2,7 +2,7 @@
 Redis or Valkey, so that workers and replicas serve each saved sample exactly once across
 all of them and report one verdict (docs/state.md). The only module that imports `redis`.
 
-A request's samples are taken optimistically: read the cursors it needs (`_View`, one
+A request's samples are taken optimistically: read the cursors it needs (`View`, one
 script per cursor: taken, or pending on a live replica), decide, then claim every place
 at once (`scripts.CLAIM`, pending by this replica), and once the answer left commit them
 (taken) or give them back, with the answer's event, in one script. Each replica keeps a
@@ -20,8 +20,6 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from hashlib import sha256
 from typing import Any
 
 import orjson
@@ -30,6 +28,7 @@ from ...errors import LoadError, StoreUnavailable
 from ...index.samples import Cursors
 from ..stats import Stats
 from . import Busy, Conflict, Places, State, journal, scripts
+from .cursors import View, pairs
 
 try:
     import redis
@@ -135,10 +134,10 @@ class RedisState(State):
                                    f"({self.down}): no request is answered without it")
 
     def cursors(self) -> Cursors:
-        return _View(self)
+        return View(self)
 
     def busy(self, view: Cursors) -> Busy | None:
-        if isinstance(view, _View) and view.pending:
+        if isinstance(view, View) and view.pending:
             return Busy(0.05, HEARTBEAT_MS / 1000 + 2)
         return None
 
@@ -157,10 +156,10 @@ class RedisState(State):
         return int(epoch), int.from_bytes(taken.translate(_REVERSE), "little"), pending
 
     def claim(self, view: Cursors, places: Places) -> int:
-        assert isinstance(view, _View) and view.epoch is not None
+        assert isinstance(view, View) and view.epoch is not None
         try:
             claimed = self.scripts["CLAIM"](args=[self.prefix, view.epoch, self.replica,
-                                                  *_pairs(places)])
+                                                  *pairs(places)])
         except redis.RedisError as e:
             raise self._unavailable(e) from None
         if claimed == -1:
@@ -289,7 +288,7 @@ class RedisState(State):
 
     def _queue(self, op: str, event: dict[str, Any], epoch: int = 0,
                places: Places = ()) -> None:  # type: ignore[assignment]
-        args = [self.prefix, epoch, self.replica, journal.encode(event), *_pairs(places)]
+        args = [self.prefix, epoch, self.replica, journal.encode(event), *pairs(places)]
         with self._lock:
             self._ops.append((op, args))
         self._wake.set()
@@ -360,48 +359,7 @@ class RedisState(State):
             raise self._unavailable(e) from None
 
 
-class _View(Mapping[Any, int]):
-    """The cursors one request reads, from the store, each once: taken places, and places
-    pending on a live replica (`pending`: then an exhausted prompt may still get one)."""
-
-    def __init__(self, state: RedisState) -> None:
-        self.state = state
-        self.seen: dict[Any, int] = {}
-        self.epoch: int | None = None
-        self.pending = False
-
-    def __getitem__(self, cursor_key: Any) -> int:
-        mask = self.seen.get(cursor_key)
-        if mask is None:
-            epoch, taken, pending = self.state.read(digest(cursor_key))
-            if self.epoch is None:
-                self.epoch = epoch
-            elif epoch != self.epoch:
-                raise Conflict  # (a reset between two reads: decide again)
-            self.pending |= bool(pending)
-            mask = self.seen[cursor_key] = taken | pending
-        return mask
-
-    def __contains__(self, cursor_key: object) -> bool:
-        return True  # (a cursor never used is a cursor with nothing taken)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.seen)
-
-    def __len__(self) -> int:
-        return len(self.seen)
-
-
-def digest(cursor_key: Any) -> str:
-    """A cursor key (a tuple of names, prompt keys, parameters) as a key's last part."""
-    return sha256(repr(cursor_key).encode()).hexdigest()[:32]
-
-
 def _order(entry_id: bytes) -> tuple[int, int]:
     """A stream entry id (`MS-SEQ`) in the stream's order."""
     ms, _, seq = entry_id.partition(b"-")
     return int(ms), int(seq)
-
-
-def _pairs(places: Places) -> list[Any]:
-    return [x for cursor_key, place in places for x in (digest(cursor_key), place)]
