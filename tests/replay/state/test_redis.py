@@ -28,6 +28,7 @@ from replay_server.replay.stats import Stats
 from replay_server.saved.record import Record
 from replay_server.settings import Settings
 from replay_server.web.app import create_app
+from replay_server.web.credentials import shown
 from tests.parts import redis_server
 from tests.support import MODEL, build, chat_record, chat_response, running, user
 
@@ -216,3 +217,20 @@ def test_misses_on_one_replica_are_in_another_s_status_and_misses(
         assert miss["code"] == "replay_no_match"
         assert httpx.post(f"{base}/replay/reset").status_code == 204
         assert ask(a) == "1"  # (the reset on the other replica started a over too)
+
+
+def test_a_password_in_the_url_is_never_said(store: redis_server.RedisServer) -> None:
+    """The store refuses the credentials (it has none): the error names the store by
+    its URL without them."""
+    url = f"redis://someone:hunter2@127.0.0.1:{store.port}/0"
+    with pytest.raises(errors.LoadError) as caught:
+        shared(build(REPEATS), url, shown(url))
+    assert "hunter2" not in str(caught.value) and f"127.0.0.1:{store.port}" in str(caught.value)
+    assert "hunter2" not in repr(Settings(state=url))
+
+
+def test_without_the_redis_package_the_error_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shared_state, "redis", None)
+    with pytest.raises(errors.LoadError, match=r"pip install 'replay-server\[state\]'"):
+        shared(build(REPEATS), "redis://127.0.0.1:9/0", "redis://127.0.0.1:9/0")
