@@ -62,8 +62,8 @@ from ..replay.state import shared
 from ..saved.writer import writable
 from ..settings import Settings
 from ..web.app import create_app
-from ..wire.credentials import shown
 from ..web.listen import InThread
+from ..wire.credentials import shown
 from . import base_urls
 from .command import MAX_ATTEMPTS, Command, on_refusal, stopped_by_signals
 from .exits import DONE, MISSED, NO_REQUESTS, UNUSED, UPSTREAM_FAILED

@@ -42,10 +42,10 @@ from ..replay.replayer import Replayer
 from ..replay.state import shared
 from ..saved.local_tokenizer import LocalTokenizer
 from ..settings import Settings
+from ..wire.credentials import shown
 from ..wire.families import ENDPOINTS, endpoint_for, error_body_of
 from .batches import PATHS as BATCH_PATHS
 from .batches import router as batches_router
-from ..wire.credentials import shown
 from .endpoint import ReplayEndpoint, authorized, internal_error, unauthorized
 from .recorder import Recorder
 from .routes import router

@@ -37,8 +37,8 @@ from ..index.index import Index
 from ..replay.state import shared
 from ..saved.loader import tokenizer_of
 from ..settings import Settings
-from .app import create_app
 from ..wire.credentials import shown
+from .app import create_app
 from .listen import stop_requested, uvicorn_config
 
 GRACE_S = 40.0  # a worker drains for up to 30 s (uvicorn_config) before it is killed
