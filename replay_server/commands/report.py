@@ -86,14 +86,18 @@ def unanswered_lines(replayer: Replayer, stopped: bool, gone: dict[int, int]) ->
     samples they leave unused)."""
     stats = replayer.stats
     lines = [f"  {n} request(s) in flight on replica {replica} when it died (its heartbeat "
-             "stopped): their samples were given back" for replica, n in sorted(gone.items())]
+             "stopped): a resend gets the same answer, or a sample it took from a repeats "
+             "cursor is given back when its prompt is asked again, failing the run, or "
+             "stays unused" for replica, n in sorted(gone.items())]
     cut, undelivered = stats.in_flight() - sum(gone.values()), stats.undelivered
     if not cut + undelivered:
         return lines
     kinds = ([f"{cut} cut off in flight (begun, never received whole: its client left or "
               "stopped sending)"] if cut else []) + (
-        [f"{undelivered} answered but never delivered (its client left first; the saved "
-         "samples it carried were given back)"] if undelivered else [])
+        [f"{undelivered} answered but never delivered (its client left first, or "
+         f"{stats.died} of them its replica died with the answer on its way; the saved "
+         "samples it carried were given back, and a resend may have had a later one)"]
+        if undelivered else [])
     why = ("run stopped COMMAND (see below): they do not fail it again" if stopped
            else "each fails the run")
     return [*lines, f"  {cut + undelivered} more request(s) reached the server and got no "

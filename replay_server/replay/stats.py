@@ -103,6 +103,9 @@ class Stats:
         self.requests = 0
         self.answered = 0  # requests answered from the saved run (a batch is one)
         self.undelivered = 0  # answers decided but never delivered (the client left first)
+        # of those, answers whose replica died with them on their way (`--state`: found
+        # dead by another, which gave their samples back)
+        self.died = 0
         self.resets = 0
         # batch protocol calls answered that send something (an upload, a create, a
         # cancel, a deletion): no generation of their own (a batch's lines are requests)
@@ -172,6 +175,7 @@ class Stats:
 
     def _undelivered(self, event: dict[str, Any]) -> None:
         self.undelivered += 1
+        self.died += bool(event.get("died"))
 
     def _retrieved(self, event: dict[str, Any]) -> None:
         self.answered += 1
@@ -212,6 +216,7 @@ class Stats:
         self.forward_failures.clear()
         self.forward_recovered.clear()
         self.requests = self.answered = self.undelivered = self.resets = self.calls = 0
+        self.died = 0
         if self.tracked is not None:
             self.tracked.clear()
         self.used.clear()

@@ -6,12 +6,25 @@ Keys, under the run's prefix P (docs/state.md): `P:epoch` (the resets so far),
 `P:e{epoch}:pending:{cursor}` (a hash, place -> the replica whose answer is on its way),
 `P:alive:{replica}` (its heartbeat, which expires), `P:journal` (the stream of events).
 A pending place whose replica's heartbeat is gone is free: that replica died, and its
-answer, if it was ever sent, is not counted. A store without `P:shape` has lost the state
-(restarted without persisting it): no script decides anything from it (-1).
+answer, if it was ever sent, is not counted. Whoever frees it journals it as an answer
+never delivered (`GIVEN_BACK`), in the dead replica's name: the client of that request got
+no answer there, and a resend of it may have had a later sample than the saved order gave
+it, so `run` fails on it, as on any answer that never left. A store without `P:shape` has
+lost the state (restarted without persisting it): no script decides anything from it (-1).
+"""
+
+# Frees a place pending on a dead replica (`who`), journaled as its answer undelivered.
+GIVEN_BACK = """
+local function given_back(prefix, pending, place, who)
+  redis.call('HDEL', pending, place)
+  redis.call('XADD', prefix .. ':journal', '*', 'e', cjson.encode({
+    kind = 'undelivered', replica = tonumber(who), model = cjson.null,
+    endpoint = cjson.null, died = true}))
+end
 """
 
 # ARGV: prefix, cursor -> {epoch, taken bits, places pending on a live replica}
-READ = """
+READ = GIVEN_BACK + """
 local prefix, cursor = ARGV[1], ARGV[2]
 if redis.call('EXISTS', prefix .. ':shape') == 0 then return {-1} end
 local epoch = redis.call('GET', prefix .. ':epoch') or '0'
@@ -23,14 +36,14 @@ for i = 1, #pending, 2 do
   if redis.call('EXISTS', prefix .. ':alive:' .. pending[i + 1]) == 1 then
     table.insert(live, tonumber(pending[i]))
   else
-    redis.call('HDEL', base .. 'pending:' .. cursor, pending[i])
+    given_back(prefix, base .. 'pending:' .. cursor, pending[i], pending[i + 1])
   end
 end
 return {epoch, taken, live}
 """
 
 # ARGV: prefix, epoch, replica, then cursor, place pairs -> 1 claimed, 0 taken first
-CLAIM = """
+CLAIM = GIVEN_BACK + """
 local prefix, replica = ARGV[1], ARGV[3]
 if redis.call('EXISTS', prefix .. ':shape') == 0 then return -1 end
 local epoch = redis.call('GET', prefix .. ':epoch') or '0'
@@ -42,6 +55,8 @@ for i = 4, #ARGV, 2 do
   if who and redis.call('EXISTS', prefix .. ':alive:' .. who) == 1 then return 0 end
 end
 for i = 4, #ARGV, 2 do
+  local who = redis.call('HGET', base .. 'pending:' .. ARGV[i], ARGV[i + 1])
+  if who then given_back(prefix, base .. 'pending:' .. ARGV[i], ARGV[i + 1], who) end
   redis.call('HSET', base .. 'pending:' .. ARGV[i], ARGV[i + 1], replica)
 end
 return 1

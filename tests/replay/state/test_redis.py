@@ -144,6 +144,21 @@ def test_a_dead_replica_s_pending_sample_is_served_by_another(
         assert ask(b) == "1"
 
 
+def test_a_sample_a_dead_replica_had_on_its_way_fails_the_verdict(
+        store: redis_server.RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request whose sample died with its replica got no answer there: if its client
+    resent it, the resend may have had a later sample (the next, while the dead replica
+    still looked alive), and another request the given-back one: the saved order, quietly
+    changed. So the sample given back is counted as an answer never delivered (`run`: 3),
+    whoever finds the replica dead."""
+    monkeypatch.setattr(shared_state, "BEAT_S", 3600.0)
+    with replicas(store.url, REPEATS) as (a, b):
+        take(a)
+        kill(a, store.url)
+        assert ask(b) == "1"
+        assert counted(b, a).undelivered == 1
+
+
 def test_a_replica_whose_heartbeat_lapsed_before_it_committed_fails_loudly(
         store: redis_server.RedisServer, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
