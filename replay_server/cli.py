@@ -333,11 +333,16 @@ class _CommandAfterDashes(click.Command):
               "harness that reads a variable of its own (repeatable); NAME_BASE_URL brings "
               "NAME_API_KEY, set to the key. inspect_ai's openai-api/SERVICE/MODEL reads "
               "SERVICE_BASE_URL (SERVICE upper-cased, - as _).")
+@click.option("--server", metavar="URL",
+              help="Point COMMAND at URL (a load balancer in front of `serve --state` "
+              "replicas) instead of a server of run's own; needs --state, the state they "
+              "share. PATHS must be the run they serve. run starts a fresh rescoring there "
+              "(a reset) and its verdict covers every request any replica answered since.")
 @settings_options(port=0, leave_out=("workers",))
 @click.pass_context
 def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, require_all: bool,
         stop_on_miss: bool, max_attempts: int, report_to: Path | None,
-        base_url_vars: tuple[str, ...], **options: Any) -> None:
+        base_url_vars: tuple[str, ...], server: str | None, **options: Any) -> None:
     """Serve PATHS, run a harness against it, and fail unless it rescored the saved run
     exactly: every request answered, every saved sample asked for.
 
@@ -353,7 +358,8 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
     attempts, reason and nearest saved prompt), and saved generations never asked for. A
     POST /replay/reset starts the cursors over and forgets nothing the verdict counts.
     SIGINT, SIGTERM and SIGHUP stop COMMAND and everything it started, then `run`
-    reports.
+    reports. With --state URL, the verdict covers every replica sharing that state
+    (--server URL: COMMAND goes to them instead of run's own server; docs/state.md).
     """
     command = ctx.meta.get("command") or []
     if not command:
@@ -364,7 +370,8 @@ def run(ctx: click.Context, /, paths: tuple[str, ...], allow_unused: bool, requi
         settings = _settings(options)
         code = runner.run_command(paths, settings, command, allow_unused=allow_unused,
                                   stop_on_miss=stop_on_miss, say=_say, report_to=report_to,
-                                  base_url_vars=base_url_vars, max_attempts=max_attempts)
+                                  base_url_vars=base_url_vars, max_attempts=max_attempts,
+                                  server=server)
     except (LoadError, ValueError, OSError) as error:
         _fail(error)
     sys.exit(code)

@@ -9,6 +9,7 @@
     ├── MethodNotAllowed         405
     ├── PayloadTooLarge          413
     ├── BadGateway               502, the recorder's upstream cannot be reached
+    ├── StoreUnavailable         503, the shared state (`--state`) cannot be reached
     └── ReplayError              400, a replay decision; `code` says which
         ├── NoMatch              replay_no_match
         ├── Unusable             replay_unusable
@@ -157,6 +158,18 @@ class BadGateway(ReplayServerError):
     status = 502
     type = "BadGatewayError"
     retryable = True
+
+
+class StoreUnavailable(ReplayServerError):
+    """The shared state (`--state`: Redis or Valkey) cannot be reached, or timed out, for a
+    request that needs it: never answered without it (a sample could be served twice, a
+    count lost). 503 with `x-should-retry: false`: a client's retry would not know whether
+    the store is back, and `run` fails on it (the request is counted)."""
+
+    status = 503
+    type = "ServiceUnavailableError"
+    code = "replay_state_unavailable"
+    kept = False  # (True: the event of the request that met it is kept, to send later)
 
 
 class ReplayError(ReplayServerError):

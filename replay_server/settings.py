@@ -73,7 +73,19 @@ class Settings:
         "clients cannot hold connections forever.")
     workers: int = _setting(
         1, "Worker processes. More than 1 needs an index file (`replay-server index`), "
-        "which the workers share.")
+        "which the workers share; a run whose prompts saved several different samples "
+        "(repeats, handed out one by one) needs --state too.")
+    state: str | None = _setting(
+        None, "Keep the replay's state (the repeats cursors, the counts, the misses) in "
+        "Redis or Valkey at this URL (redis://HOST:PORT/DB, rediss://, unix://), shared "
+        "by every worker and every replica serving the same run: each saved sample is "
+        "served once across all of them, and /replay/status, /replay/misses, /replay/reset "
+        "and `run`'s verdict cover them all (docs/state.md). Needs the `state` extra. "
+        "Credentials in the URL are used, never printed.", secret=True, metavar="URL")
+    state_prefix: str | None = _setting(
+        None, "The prefix of the keys --state keeps (default: replay-server: and a digest "
+        "of the run's shape, so that different runs on one store never meet).",
+        metavar="NAME")
     access_log: bool = _setting(False, "Log every request (uvicorn's access log, with no "
                                 "key-like query parameter; it costs throughput).")
     log_level: str = _setting("info", "Log level: debug, info, warning or error.",
@@ -107,6 +119,8 @@ class Settings:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{flag(name)} must be positive")
         self._check_upstream()
+        if self.state_prefix is not None and self.state is None:
+            raise ValueError("--state-prefix needs --state")
 
     def _check_upstream(self) -> None:
         if (self.upstream is None) != (self.out is None):

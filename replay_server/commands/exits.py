@@ -51,10 +51,11 @@ EXITS: dict[str, tuple[Exit, ...]] = {
                      "pairing across harnesses without --report"),
                 Exit(DIFFER, "a paired verdict differs, or something could not be paired"),
                 Exit(DONE, "every paired verdict agrees, nothing unpaired")),
-    "run": (Exit(BAD, "the saved run could not be loaded, or a bad option or output path "
-                 "(COMMAND never ran)"),
+    "run": (Exit(BAD, "the saved run could not be loaded, or a bad option or output path, "
+                 "or --state holds another run or another `run` (COMMAND never ran)"),
             Exit(MISSED, "a request got no saved generation, or reached the server and got no "
-                 "answer (even if COMMAND failed too)"),
+                 "answer (even if COMMAND failed too), on any replica sharing --state; or "
+                 "that state could not be read at the end"),
             Exit(UPSTREAM_FAILED, "a request forwarded to --upstream got no answer to save"),
             Exit(None, "when it failed (and every request it sent was answered); 128+N "
                  "when signal N (SIGINT, SIGTERM, SIGHUP) stopped run, and with it COMMAND"),

@@ -24,9 +24,11 @@ from ..saved.writer import written_whole
 SHOWN = 20
 
 
-def report(replayer: Replayer, stopped: bool = False) -> list[str]:
+def report(replayer: Replayer, stopped: bool = False, gone: dict[int, int] | None = None
+           ) -> list[str]:
     """What happened, for a human: answers, failures with reasons, unused samples;
-    `stopped`: run stopped COMMAND (a miss, --max-attempts, a signal)."""
+    `stopped`: run stopped COMMAND (a miss, --max-attempts, a signal); `gone`: requests
+    in flight on each replica of a shared state that died."""
     stats = replayer.stats
     resets = f", {stats.resets} reset(s)" if stats.resets else ""
     sent = sum(sum(c.values()) for c in stats.forwarded.values())
@@ -38,7 +40,7 @@ def report(replayer: Replayer, stopped: bool = False) -> list[str]:
              f"answered from the saved run, {stats.failed()} got no saved generation"
              f"{upstream}{calls}{resets})"]
     lines += tokenizer_lines(replayer)
-    lines += unanswered_lines(replayer, stopped)
+    lines += unanswered_lines(replayer, stopped, gone or {})
     for name, outcome in stats.per_model().items():
         errors = ", ".join(f"{k}={outcome[k]}" for k in REPLAY_CODES if outcome[k])
         lines.append(f"  model {name}: {outcome['hits']} prompts answered; "
@@ -77,21 +79,29 @@ def report(replayer: Replayer, stopped: bool = False) -> list[str]:
     return lines
 
 
-def unanswered_lines(replayer: Replayer, stopped: bool) -> list[str]:
+def unanswered_lines(replayer: Replayer, stopped: bool, gone: dict[int, int]) -> list[str]:
     """The requests that reached the server and got no answer: cut off in flight, or
-    answered but never delivered (no saved sample was used for them)."""
+    answered but never delivered (no saved sample was used for them); and those in
+    flight on a replica that died (said apart: they fail the run only through the
+    samples they leave unused)."""
     stats = replayer.stats
-    cut, undelivered = stats.in_flight(), stats.undelivered
+    lines = [f"  {n} request(s) in flight on replica {replica} when it died (its heartbeat "
+             "stopped): a resend gets the same answer, or a sample it took from a repeats "
+             "cursor is given back when its prompt is asked again, failing the run, or "
+             "stays unused" for replica, n in sorted(gone.items())]
+    cut, undelivered = stats.in_flight() - sum(gone.values()), stats.undelivered
     if not cut + undelivered:
-        return []
+        return lines
     kinds = ([f"{cut} cut off in flight (begun, never received whole: its client left or "
               "stopped sending)"] if cut else []) + (
-        [f"{undelivered} answered but never delivered (its client left first; the saved "
-         "samples it carried were given back)"] if undelivered else [])
+        [f"{undelivered} answered but never delivered (its client left first, or "
+         f"{stats.died} of them its replica died with the answer on its way; the saved "
+         "samples it carried were given back, and a resend may have had a later one)"]
+        if undelivered else [])
     why = ("run stopped COMMAND (see below): they do not fail it again" if stopped
            else "each fails the run")
-    return [f"  {cut + undelivered} more request(s) reached the server and got no answer: "
-            f"{', '.join(kinds)}; {why}"]
+    return [*lines, f"  {cut + undelivered} more request(s) reached the server and got no "
+            f"answer: {', '.join(kinds)}; {why}"]
 
 
 def forwarded_lines(replayer: Replayer) -> list[str]:

@@ -25,7 +25,9 @@ Exit status, the first that applies (the codes, and what `--help` says of them: 
   outranks COMMAND's own failure: harnesses that exit non-zero when items fail would
   otherwise hide it.
   A tokenizer call (vLLM's /tokenize, ...) that went unanswered is no such request: it
-  carries no generation, so it is reported loudly but fails the run only with --strict;
+  carries no generation, so it is reported loudly but fails the run only with --strict.
+  With a shared state (--state, window.py), any replica's request counts, and a store
+  that cannot be read at the end fails the run too;
 - UPSTREAM_FAILED (6): with --upstream, a request forwarded there got no answer to save
   (the upstream's error answer, no answer, a broken stream, an answer that cannot be
   saved, a call the client gave up on), and no later attempt of the same request was
@@ -48,33 +50,45 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from ..index.samples import Rules
 from ..replay.replayer import Replayer
+from ..replay.state import shared
 from ..saved.writer import writable
 from ..settings import Settings
 from ..web.app import create_app
 from ..web.listen import InThread
+from ..wire.credentials import shown
 from . import base_urls
 from .command import MAX_ATTEMPTS, Command, on_refusal, stopped_by_signals
 from .exits import DONE, MISSED, NO_REQUESTS, UNUSED, UPSTREAM_FAILED
 from .report import report, write_report
 from .serve import open_run, upstream_of
+from .window import Window
 
 
 def verdict(replayer: Replayer, code: int, allow_unused: bool,
-            status_of: str | None = None, stopped: bool = False) -> tuple[int, str]:
+            status_of: str | None = None, stopped: bool = False,
+            window: Window | None = None) -> tuple[int, str]:
     """The exit status, the first that applies (see the module docstring), and why;
     `status_of`: what COMMAND's non-zero `code` means; `stopped`: run stopped COMMAND (a
     miss, --max-attempts, a signal), so requests the stop left without an answer do not
-    fail the run again."""
+    fail the run again; `window`: a shared state's (requests in flight on a replica that
+    died are said, and fail the run only through what they left unused)."""
     stats = replayer.stats
+    if window is not None and window.failed is not None:
+        return MISSED, (f"the shared state could not be read at the end, so what every "
+                        f"replica served is not known ({window.failed}): failing")
     if stats.failures:
         return MISSED, (f"{len(stats.failures)} distinct request(s) got no saved generation "
                         f"({stats.failed()} attempt(s)): failing")
-    no_answer = stats.in_flight() + stats.undelivered
+    gone = sum(window.gone.values()) if window is not None else 0  # (said by the report)
+    no_answer = stats.in_flight() - gone + stats.undelivered
     if no_answer and not stopped:
         return MISSED, f"{no_answer} request(s) reached the server and got no answer: failing"
     unanswered = stats.tokenizer["unanswered"]
@@ -109,8 +123,12 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool,
 def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequence[str], *,
                 allow_unused: bool, stop_on_miss: bool, say: Callable[[str], None],
                 report_to: Path | None = None, base_url_vars: Sequence[str] = (),
-                max_attempts: int = MAX_ATTEMPTS) -> int:
-    """Serve `paths`, run `command` against it, report; returns the exit status."""
+                max_attempts: int = MAX_ATTEMPTS, server: str | None = None) -> int:
+    """Serve `paths` (or, with `server`, have the replicas sharing --state behind that URL
+    serve them), run `command` against it, report; returns the exit status."""
+    if server is not None and settings.state is None:
+        raise ValueError("--server needs --state: the verdict of requests that other "
+                         "servers answer is read from the state they share")
     for name in base_url_vars:  # a bad name is a bad option: before anything is loaded
         base_urls.check_name(name)
     if report_to is not None:
@@ -121,23 +139,33 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
     if report_to is not None:  # before COMMAND runs: a refusal writes and runs nothing
         opened.inputs.refuse_output(report_to)
     with upstream_of(opened, settings, say) as recorder:
-        app = create_app(settings, opened.index, recorder, opened.tokenizer)
-        replayer: Replayer = app.state.replayer
+        app = None if server is not None else \
+            create_app(settings, opened.index, recorder, opened.tokenizer)
+        replayer: Replayer = app.state.replayer if app is not None else Replayer(
+            opened.index, Rules(settings.strict, settings.allow_ambiguous), state=shared(
+                opened.index, str(settings.state), shown(str(settings.state)),
+                settings.state_prefix))
         replayer.stats.whole_run = True  # the verdict is every pass's, resets or not
         if report_to is not None:
             replayer.stats.tracked = {}
-        code, ran = _serve_command(app, settings, command, (stop_on_miss, max_attempts),
-                                   say, base_url_vars)
-    for line in report(replayer, ran.why is not None):
+        window = Window(replayer, say) if replayer.state.shared else None
+        try:
+            code, ran = _serve_command(replayer, app, server, settings, command,
+                                       (stop_on_miss, max_attempts), say, base_url_vars,
+                                       window)
+        finally:
+            if app is None:
+                replayer.state.close()
+    for line in report(replayer, ran.why is not None, window.gone if window else None):
         say(line)
     if report_to is not None:
         count = write_report(report_to, replayer)
         say(f"replay-server run: wrote {count} request(s) to {report_to}")
-    return _conclude(replayer, code, ran, allow_unused, say)
+    return _conclude(replayer, code, ran, allow_unused, say, window)
 
 
 def _conclude(replayer: Replayer, code: int, ran: Command, allow_unused: bool,
-              say: Callable[[str], None]) -> int:
+              say: Callable[[str], None], window: Window | None = None) -> int:
     """Say why COMMAND stopped, if `run` stopped it, and the verdict; its exit status. When
     `run` stopped COMMAND at a miss, the miss decides; on a signal, the signal's status
     (128+N) stands in COMMAND's place in the verdict: after a miss, before 5, 4 and 0."""
@@ -150,21 +178,38 @@ def _conclude(replayer: Replayer, code: int, ran: Command, allow_unused: bool,
                                       replayer.stats.forward_failures):
         say(f"replay-server run: {status_of}")  # (outranked)
     status, why = verdict(replayer, 0 if at_miss else code, allow_unused, status_of,
-                          ran.why is not None)
+                          ran.why is not None, window)
     say(f"replay-server run: {why}")
     return status
 
 
-def _serve_command(app: Any, settings: Settings, command: Sequence[str],
-                   stops: tuple[bool, int], say: Callable[[str], None],
-                   base_url_vars: Sequence[str]) -> tuple[int, Command]:
-    """Serve `app` while `command` runs: its exit status, and the command (why `run`
-    stopped it, if it did). `stops`: --stop-on-miss, --max-attempts."""
-    replayer: Replayer = app.state.replayer
-    with InThread(app, settings) as server:
-        env = base_urls.environment(os.environ, server.base_url,
+@contextmanager
+def _serving(app: Any, server: str | None, settings: Settings) -> Iterator[str]:
+    """The /v1 URL COMMAND is pointed at, for as long as it runs: `app` served in this
+    process, or `server` (replicas sharing --state, behind a load balancer)."""
+    if server is None:
+        with InThread(app, settings) as running:
+            yield running.base_url
+        return
+    parts = urlsplit(server)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"--server {shown(server)}: not an http(s) URL")
+    base = server.rstrip("/")
+    yield base if base.endswith("/v1") else base + "/v1"
+
+
+def _serve_command(replayer: Replayer, app: Any, server: str | None, settings: Settings,
+                   command: Sequence[str], stops: tuple[bool, int],
+                   say: Callable[[str], None], base_url_vars: Sequence[str],
+                   window: Window | None) -> tuple[int, Command]:
+    """Serve `app` (or have `server` serve) while `command` runs: its exit status, and
+    the command (why `run` stopped it, if it did). `stops`: --stop-on-miss,
+    --max-attempts. `window`: a shared state's, opened before COMMAND starts and closed
+    (what every replica served, folded) once it ended."""
+    with _serving(app, server, settings) as base_url:
+        env = base_urls.environment(os.environ, base_url,
                                     settings.api_key or "replay-server", base_url_vars)
-        say(f"replay-server run: serving on {server.base_url}; running: {' '.join(command)}")
+        where = "serving on" if server is None else "replicas sharing the state behind"
         ran = Command()
 
         def stop(why: str, signum: int | None = None) -> None:
@@ -177,7 +222,12 @@ def _serve_command(app: Any, settings: Settings, command: Sequence[str],
 
         replayer.stats.on_error = on_refusal(stop, *stops)
         replayer.stats.tokenizer_errors_fail = settings.strict  # they fail the run then
+        if window is not None:
+            window.open(replayer.event("reset"))
+        say(f"replay-server run: {where} {shown(base_url)}; running: {' '.join(command)}")
         with stopped_by_signals(lambda name, signum: stop(f"on {name}", signum)):
             ran.start(command, env)
             code = ran.wait()
+        if window is not None:
+            window.close()
     return code, ran

@@ -170,6 +170,8 @@ def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str],
         return
     with upstream_of(opened, settings, say) as recorder:
         app = create_app(settings, opened.index, recorder, opened.tokenizer)
+        if (where := app.state.replayer.state.where()) is not None:
+            say(f"replay-server: the replay's state is shared in {where}")
         # The index lives as long as the server: moved out of the garbage collector's
         # sight, a full collection no longer walks millions of its objects and stalls
         # requests.

@@ -17,10 +17,10 @@ import hashlib
 import logging
 import time
 from collections import ChainMap
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 from uuid import uuid4
 
@@ -29,20 +29,23 @@ import orjson
 from ..errors import (
     Ambiguous,
     BadRequest,
+    Exhausted,
     NoMatch,
     NotFound,
     ReplayError,
     ReplayServerError,
+    StoreUnavailable,
 )
 from ..index.index import Entry, Exchange, Index, ModelRun, Selection
-from ..index.samples import Rules, choose, streamed
+from ..index.samples import Cursors, Rules, choose, streamed
 from ..paths import MODELS_PATH
 from ..saved.local_tokenizer import LocalTokenizer
 from ..wire import keys
 from ..wire.families import FAMILIES, family_for, family_of
 from ..wire.family import Family, ReplayRequest
 from .miss import no_match
-from .stats import FORWARD_FAILURES, Stats
+from .state import Conflict, Places, State
+from .stats import FORWARD_FAILURES, Stats, error_event, outcome_name
 from .tokenizer import TokenizerAnswers
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,8 @@ log = logging.getLogger(__name__)
 SOURCE_HEADER = b"x-replay-source"
 _JSON_TYPE = (b"content-type", b"application/json")
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+# How often a request decides again when another replica claimed its sample first.
+CLAIM_TRIES = 50
 
 
 @dataclass(slots=True)
@@ -62,8 +67,8 @@ class Taken:
     chosen: list[tuple[Entry | Exchange, Selection]]
     sent: list[Selection]
     keys: list[bytes]
-    places: list[tuple[Any, int]]  # (cursor key, place) of each sample taken from a cursor
-    epoch: int  # the Replayer's resets when it was taken: a reset frees every place
+    places: Places  # (cursor key, place) of each sample taken from a cursor
+    epoch: int  # the state's resets when it was taken: a reset frees every place
 
 
 @dataclass(slots=True)
@@ -120,43 +125,84 @@ class Replayer:
     """
 
     def __init__(self, index: Index, rules: Rules, tokenizer: LocalTokenizer | None = None,
-                 upstream_models: tuple[str, ...] | None = None) -> None:
+                 upstream_models: tuple[str, ...] | None = None,
+                 state: State | None = None) -> None:
         self.index = index
         self.rules = rules
         # which models may go upstream (shell-style patterns; empty: any the saved runs
         # lack), or None: no upstream, every request is replayed
         self.upstream_models = upstream_models
-        self.cursors: dict[Any, int] = {}  # per cursor key, the samples taken (a bit each)
-        self.epoch = 0  # resets so far: a place taken before the last one is free again
-        self.stats = Stats(index)
+        # the cursors and the counts: this process's own, or shared (`--state`)
+        self.state = state if state is not None else State(Stats(index))
+        self.stats = self.state.stats
         self.started = time.time()
         # vLLM's tokenizer endpoints: recorded answers, else computed with `tokenizer`
-        self.tokenizer = TokenizerAnswers(index, self.stats, tokenizer)
+        self.tokenizer = TokenizerAnswers(index, self.state, tokenizer)
+
+    def event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        """An event of this replica (`Stats.apply` says what each counts)."""
+        return {"kind": kind, "replica": self.state.replica, **fields}
+
+    def begun(self) -> None:
+        """Count a request as it begins (the web layer's)."""
+        self.state.record(self.event("begun"))
+
+    def called(self) -> None:
+        """Count an answered batch protocol call that sends something."""
+        self.state.record(self.event("call"))
 
     def reset(self) -> None:
-        """Forget every cursor and counter, as if the server had just started."""
-        self.cursors.clear()
-        self.epoch += 1
-        self.stats.reset()
+        """Forget every cursor and counter, as if the server had just started (with a
+        shared state: on every replica)."""
+        self.state.reset(self.event("reset"))
+
+    def current(self) -> Stats:
+        """The counts of every replica's requests so far."""
+        return self.state.current()
 
     def handle(self, endpoint: str, body: bytes, headers: Iterable[tuple[bytes, bytes]] = (),
                fields: dict[str, Any] | None = None) -> Reply:
         """`take`, then `settle` as delivered: the answer of a caller that hands it over
         whole at once (in this process)."""
-        reply = self.take(endpoint, body, headers, fields)
+        reply = self.take(endpoint, body, headers, fields, patient=False)
         self.settle(reply, True)
         return reply
 
     def take(self, endpoint: str, body: bytes, headers: Iterable[tuple[bytes, bytes]] = (),
-             fields: dict[str, Any] | None = None) -> Reply:
+             fields: dict[str, Any] | None = None, patient: bool = True) -> Reply:
         """The reply to one request (its body, its headers for a family that reads some:
         `Family.headers`, and the fields its path carries: `Family.fields_of`), its
         samples taken, to be `settle`d once it was sent; or a ReplayServerError (counted
-        and logged here, rendered by the caller)."""
-        request, run = self._request(endpoint, body, headers, fields)
-        if request.family.chained:
-            self._key_responses(run, request)
-        chosen, places = self._choose(run, request)
+        and logged here, rendered by the caller). With a shared state, `Busy` when every
+        sample is taken but some only promised to an answer on its way (and `patient`:
+        the caller waits and asks again; else the request is exhausted). A shared state
+        that cannot be reached: StoreUnavailable, counted (kept until the store is back)."""
+        try:
+            self.state.check()
+            request, run = self._request(endpoint, body, headers, fields)
+            if request.family.chained:
+                self._key_responses(run, request)
+            for _ in range(CLAIM_TRIES):
+                try:
+                    return self._answer(endpoint, run, request, patient)
+                except Conflict:  # (another replica took a sample first: decide again)
+                    continue
+            error = StoreUnavailable(f"the saved samples of this prompt were claimed by "
+                                     f"other replicas {CLAIM_TRIES} times in a row")
+            self.count(run.name, request.endpoint, error, request.model)
+            error.kept = True  # (counted)
+            raise error
+        except StoreUnavailable as error:
+            if not error.kept:  # (else counted already, and kept)
+                self.count(None, endpoint, error)
+            raise
+
+    def _answer(self, endpoint: str, run: ModelRun, request: ReplayRequest, patient: bool
+                ) -> Reply:
+        """Choose, make the reply, and take its samples (Conflict: another replica took
+        one first)."""
+        view = self.state.cursors()
+        chosen, places = self._choose(run, request, view, patient)
         sent = [selection for _, selection in chosen]
         if request.stream and len(sent) == 1:
             sent[0] = streamed(chosen[0][0], sent[0], self.rules.strict,
@@ -166,12 +212,10 @@ class Replayer:
         except ReplayError as error:  # (samples the family cannot make one answer of)
             self.count(run.name, request.endpoint, error, request.model)
             raise
-        # The request is answered: nothing can fail from here on.
-        cursors = self.cursors
-        for cursor_key, place in places:
-            cursors[cursor_key] = cursors.get(cursor_key, 0) | 1 << place
-        reply.taken = Taken(run.name, endpoint, chosen, sent, request.keys, places,
-                            self.epoch)
+        # The request is answered: nothing can fail from here on but another replica's
+        # claim coming first.
+        epoch = self.state.claim(view, places) if places else 0
+        reply.taken = Taken(run.name, endpoint, chosen, sent, request.keys, places, epoch)
         return reply
 
     def settle(self, reply: Reply, delivered: bool) -> None:
@@ -182,22 +226,18 @@ class Replayer:
         if taken is None:
             return
         reply.taken = None  # (settled once)
-        stats = self.stats
         if not delivered:
-            if taken.epoch == self.epoch:
-                for cursor_key, place in taken.places:
-                    self.cursors[cursor_key] &= ~(1 << place)
-            stats.undelivered += 1
+            self.state.give_back(taken.places, taken.epoch, self.event(
+                "undelivered", model=taken.model, endpoint=taken.endpoint))
             log.warning("answer undelivered model=%s %s: the client left before it could be "
                         "sent; the saved samples it carried were given back", taken.model,
                         taken.endpoint)
             return
-        for entry, selection in taken.chosen:
-            stats.hit(taken.model, entry, selection)
-        stats.answered += 1
-        if stats.tracked is not None:
-            for key, selection in zip(taken.keys, taken.sent, strict=True):
-                stats.served(taken.model, taken.endpoint, key, selection[0][0].where)
+        state = self.state
+        state.commit(taken.places, taken.epoch, {  # (the hot path: a dict made at once)
+            "kind": "delivered", "replica": state.replica, "model": taken.model,
+            "endpoint": taken.endpoint, "chosen": taken.chosen, "sent": taken.sent,
+            "keys": taken.keys})
 
     def forwards(self, body: bytes, fields: dict[str, Any] | None = None) -> str | None:
         """The model a request names (in its body, or its path: `fields`), when it goes
@@ -230,7 +270,9 @@ class Replayer:
         except ReplayServerError:
             pass
         prompt = prompt or hashlib.sha256(body).hexdigest()
-        counted = self.stats.forward(model, endpoint, prompt, outcome, why)
+        counted = self.state.record(self.event(
+            "forward", model=model, endpoint=endpoint, prompt=prompt, outcome=outcome,
+            why=why)) or outcome_name(outcome)
         if counted in FORWARD_FAILURES:
             log.warning("upstream error (%s) model=%s %s: %s", counted, model, endpoint,
                         why.replace("\n", " "))
@@ -288,12 +330,12 @@ class Replayer:
             self.count(run.name, request.endpoint, error, request.model)
             raise
 
-    def _choose(self, run: ModelRun, request: ReplayRequest
-                ) -> tuple[list[tuple[Entry | Exchange, Selection]], list[tuple[Any, int]]]:
+    def _choose(self, run: ModelRun, request: ReplayRequest, view: Cursors, patient: bool
+                ) -> tuple[list[tuple[Entry | Exchange, Selection]], Places]:
         """Each prompt's entry and the samples chosen for it, and the places they take from
-        the cursors (taken by the caller, once the whole request is answered)."""
+        the cursors (`view`; taken by the caller, once the whole request is answered)."""
         chosen: list[tuple[Entry | Exchange, Selection]] = []
-        places: list[tuple[Any, int]] = []
+        places: Places = []
         taken: dict[Any, int] = {}  # what the prompts before took (a batch may repeat one)
         rules, entries, keys_ = self.rules, run.entries, request.keys
         i = 0
@@ -309,7 +351,9 @@ class Replayer:
                 if entry is None:
                     raise no_match(self.index, run.name, request.endpoint,
                                    request.prompts[i])
-                cursors = ChainMap(taken, self.cursors) if taken else self.cursors
+                # (ChainMap only reads the view: the places are taken by `State.claim`)
+                cursors = ChainMap(taken, cast("MutableMapping[Any, int]", view)) \
+                    if taken else view
                 selection, place = choose(entry, request.n, params, seed, rules, cursors,
                                           (run.name, key))
                 if place is not None:
@@ -317,6 +361,9 @@ class Replayer:
                     taken[place[0]] = cursors.get(place[0], 0) | 1 << place[1]
                 chosen.append((entry, selection))
         except ReplayError as error:
+            busy = self.state.busy(view) if isinstance(error, Exhausted) and patient else None
+            if busy is not None:  # (not decided yet: the caller asks again)
+                raise busy from None
             if len(keys_) > 1:
                 error.message = f"prompt {i} of {len(keys_)}: {error.message}"
             error.detail.setdefault("prompt", keys_[i].hex())
@@ -349,7 +396,7 @@ class Replayer:
             body = exchange.body
             reply = Reply([_JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers],
                           body)
-        self.stats.answered += 1  # (a saved generation, though it takes no sample)
+        self.state.record(self.event("retrieved"))  # (a saved generation, no sample taken)
         return reply
 
     def count(self, model: str | None, endpoint: str, error: ReplayServerError,
@@ -372,13 +419,14 @@ class Replayer:
         if family is not None and family.counts_tokens and isinstance(error, NoMatch):
             why = (f"no saved {family.name} answer for this request (an inspect_ai log keeps "
                    "none: record the run to have them)")
-            call = str(error.detail.get("prompt") or error.message).encode()
-            first = self.stats.tokenizer_error(endpoint, model, why, call)
-            (log.warning if first else log.debug)(
+            call = str(error.detail.get("prompt") or error.message)
+            first = self.state.record(self.event(
+                "tokenizer_error", endpoint=endpoint, model=model, why=why, call=call))
+            (log.debug if first is False else log.warning)(
                 "tokenizer call unanswered model=%s %s: %s", asked or model or "-", endpoint,
                 why)
             return
-        self.stats.error(model, endpoint, error, **error.detail)
+        self.state.record(error_event(model, endpoint, error, self.state.replica), now=True)
         named = asked or model or "-"
         if asked and model and asked != model:
             named = f"{asked} (saved model {model})"
@@ -414,7 +462,8 @@ class Replayer:
         return orjson.dumps(family.model(name, run.max_model_len))
 
     def status(self) -> dict[str, Any]:
-        outcomes = self.stats.per_model()
+        stats = self.current()
+        outcomes = stats.per_model()
         models = {name: {"records": run.records, "prompts": len(run.entries),
                          "samples": run.samples, "unusable_records": run.unusable_records,
                          **outcomes[name]}
@@ -422,8 +471,8 @@ class Replayer:
         totals = {k: sum(m[k] for m in models.values())
                   for k in next(iter(models.values()), {})}
         return {"key_version": keys.KEY_VERSION, "uptime_s": round(time.time() - self.started, 3),
-                "models": models, "totals": totals, "rejected": dict(self.stats.rejected),
-                "tokenizer": {k: self.stats.tokenizer[k]
+                "models": models, "totals": totals, "rejected": dict(stats.rejected),
+                "tokenizer": {k: stats.tokenizer[k]
                               for k in ("recorded", "computed", "unanswered")},
                 "aliases": self.index.aliases,
-                "forwarded": {name: dict(c) for name, c in self.stats.forwarded.items()}}
+                "forwarded": {name: dict(c) for name, c in stats.forwarded.items()}}

@@ -22,6 +22,12 @@ vLLM's tokenizer calls (`/tokenize`, ...) are counted apart (`tokenizer`), answe
 not, with each reason one went unanswered: they carry no generation, so they are no
 failure of the replay (`run` reports them, and fails on them only with `--strict`).
 
+Every change to the counts is an event (a plain dict, `kind` and its fields), applied by
+one function, `Stats.apply`: in-process at once, or, with a shared state (`--state`,
+replay/state/), appended to the store's journal and folded by every reader into a Stats of
+its own, so that each replica and `run` count the same way. Each event names the replica
+that saw it (`replica`), so that requests still in flight are known per replica.
+
 Under `replay-server run` the stats are the run's verdict (`whole_run`): a reset (`POST
 /replay/reset`, which harnesses send before a second pass) starts the cursors over but
 forgets nothing counted here, so a miss of the first pass still fails the run.
@@ -51,6 +57,11 @@ FORWARD_OUTCOMES = ("saved", "upstream_error", "aborted", "unrecordable", "aband
                     "stopped")
 FORWARD_FAILURES = ("upstream_error", "aborted", "unrecordable", "abandoned")
 _RECORDER_NAMES = {"recorded": "saved"}  # the recorder's name of an outcome, where it differs
+
+
+def outcome_name(outcome: str) -> str:
+    """A forwarded request's outcome as counted (the recorder's name may differ)."""
+    return _RECORDER_NAMES.get(outcome, outcome)
 
 
 @dataclass
@@ -92,6 +103,9 @@ class Stats:
         self.requests = 0
         self.answered = 0  # requests answered from the saved run (a batch is one)
         self.undelivered = 0  # answers decided but never delivered (the client left first)
+        # of those, answers whose replica died with them on their way (`--state`: found
+        # dead by another, which gave their samples back)
+        self.died = 0
         self.resets = 0
         # batch protocol calls answered that send something (an upload, a create, a
         # cancel, a deletion): no generation of their own (a batch's lines are requests)
@@ -117,7 +131,7 @@ class Stats:
         # "computed") or "unanswered"; and each reason one went unanswered, per endpoint.
         self.tokenizer: Counter[str] = Counter()
         self.tokenizer_unanswered: dict[tuple[str, str], Failure] = {}
-        self.tokenizer_calls: dict[tuple[str, bytes], Failure] = {}  # (by call: a digest)
+        self.tokenizer_calls: dict[tuple[str, str | bytes], Failure] = {}  # (by call: a digest)
         # Set by `run`: every pass counts, whatever the resets between them.
         self.whole_run = False
         # Requests forwarded upstream, per model asked for (`--upstream`), by outcome; each
@@ -129,6 +143,63 @@ class Stats:
         # Set by `run` once it stops COMMAND: a forwarded request its client leaves from
         # then on was cut off by the stop (`stopped`), not failed by the upstream.
         self.stopping = False
+        # Per replica (a process sharing the state; 0: the only one), its requests begun
+        # and not yet given an outcome; and the replicas that stopped cleanly.
+        self.open: Counter[int] = Counter()
+        self.stopped: set[int] = set()
+
+    def apply(self, event: dict[str, Any]) -> Any:
+        """Count one event (see the module docstring): the one way anything is counted.
+        Returns what its counting returns (a tokenizer error: whether it is the first of
+        its reason; a forwarded outcome: the outcome as counted)."""
+        kind = event["kind"]
+        replica = event["replica"]
+        if kind == "begun":
+            self.requests += 1
+            self.open[replica] += 1
+            return None
+        if kind == "stopped":
+            self.stopped.add(replica)
+            return None
+        self.open[replica] -= 1  # (every other event is a request's outcome)
+        return _APPLY[kind](self, event)
+
+    def _delivered(self, event: dict[str, Any]) -> None:
+        model, endpoint = event["model"], event["endpoint"]
+        for entry, selection in event["chosen"]:
+            self.hit(model, entry, selection)
+        self.answered += 1
+        if self.tracked is not None:
+            for key, selection in zip(event["keys"], event["sent"], strict=True):
+                self.served(model, endpoint, key, selection[0][0].where)
+
+    def _undelivered(self, event: dict[str, Any]) -> None:
+        self.undelivered += 1
+        self.died += bool(event.get("died"))
+
+    def _retrieved(self, event: dict[str, Any]) -> None:
+        self.answered += 1
+
+    def _call(self, event: dict[str, Any]) -> None:
+        self.calls += 1
+
+    def _tokenizer(self, event: dict[str, Any]) -> None:
+        self.tokenizer[event["how"]] += 1
+
+    def _error(self, event: dict[str, Any]) -> None:
+        self.error(event["model"], event["endpoint"], event["status"], event["code"],
+                   event["message"], event["detail"], event["time"])
+
+    def _tokenizer_error(self, event: dict[str, Any]) -> bool:
+        return self.tokenizer_error(event["endpoint"], event["model"], event["why"],
+                                    event["call"])
+
+    def _forward(self, event: dict[str, Any]) -> str:
+        return self.forward(event["model"], event["endpoint"], event["prompt"],
+                            event["outcome"], event["why"])
+
+    def _reset(self, event: dict[str, Any]) -> None:
+        self.reset()
 
     def reset(self) -> None:
         """Forget what was counted (`POST /replay/reset`), unless these stats are a whole
@@ -145,6 +216,7 @@ class Stats:
         self.forward_failures.clear()
         self.forward_recovered.clear()
         self.requests = self.answered = self.undelivered = self.resets = self.calls = 0
+        self.died = 0
         if self.tracked is not None:
             self.tracked.clear()
         self.used.clear()
@@ -227,7 +299,7 @@ class Stats:
                 why: str) -> str:
         """One request forwarded upstream, and its outcome (the recorder's name for it);
         returns the outcome as counted."""
-        outcome = _RECORDER_NAMES.get(outcome, outcome)
+        outcome = outcome_name(outcome)
         if outcome == "abandoned" and self.stopping:
             outcome = "stopped"
         self.forwarded.setdefault(model, Counter())[outcome] += 1
@@ -270,24 +342,22 @@ class Stats:
         """Failed attempts of the forwarded requests still failing, retries included."""
         return sum(f.attempts for f in self.forward_failures.values())
 
-    def error(self, model: str | None, endpoint: str, error: ReplayServerError,
-              **detail: Any) -> None:
-        """A request the server could not answer from the saved run."""
-        code = str(error.code if error.code is not None else error.status)
+    def error(self, model: str | None, endpoint: str, status: int, code: str, message: str,
+              detail: dict[str, Any], now: float) -> None:
+        """A request the server could not answer from the saved run (`error_event`)."""
         if model is not None and model in self.counts and code in OUTCOMES:
             self.counts[model][code] += 1
         else:
             self.rejected[code] += 1
-        now = round(time.time(), 3)
-        miss = {"time": now, "model": model, "endpoint": endpoint, "status": error.status,
-                "code": code, "message": error.message, **detail}
+        miss = {"time": now, "model": model, "endpoint": endpoint, "status": status,
+                "code": code, "message": message, **detail}
         self.misses.append(miss)
-        what = (model, endpoint, code, detail.get("prompt") or error.message)
+        what = (model, endpoint, code, detail.get("prompt") or message)
         failure = attempt(self.failures, what, miss)
         if self.on_error is not None:
             self.on_error(failure, True)
 
-    def tokenizer_error(self, endpoint: str, model: str | None, why: str, call: bytes
+    def tokenizer_error(self, endpoint: str, model: str | None, why: str, call: str | bytes
                         ) -> bool:
         """A tokenizer call that got no answer (never a generation: not a failure of the
         replay, see replay/tokenizer.py), counted by its endpoint and reason; `call`
@@ -340,3 +410,20 @@ class Stats:
         return {name: {**{k: self.counts[name][k] for k in OUTCOMES},
                        "unused_samples": self.unused(name)}
                 for name in self.index.models}
+
+
+_APPLY: dict[str, Callable[[Stats, dict[str, Any]], Any]] = {
+    "delivered": Stats._delivered, "undelivered": Stats._undelivered,
+    "retrieved": Stats._retrieved, "call": Stats._call, "tokenizer": Stats._tokenizer,
+    "error": Stats._error, "tokenizer_error": Stats._tokenizer_error,
+    "forward": Stats._forward, "reset": Stats._reset,
+}
+
+
+def error_event(model: str | None, endpoint: str, error: ReplayServerError,
+                replica: int = 0) -> dict[str, Any]:
+    """The event of a request the server could not answer from the saved run."""
+    code = str(error.code if error.code is not None else error.status)
+    return {"kind": "error", "replica": replica, "model": model, "endpoint": endpoint,
+            "status": error.status, "code": code, "message": error.message,
+            "detail": dict(error.detail), "time": round(time.time(), 3)}

@@ -34,7 +34,7 @@ from ..paths import DETOKENIZE_PATH, TOKENIZER_INFO_PATH
 from ..saved.local_tokenizer import LocalTokenizer
 from ..wire import tokenizer
 from ..wire.tokenizer.fields import DETOKENIZE, TOKENIZE
-from .stats import Stats
+from .state import State
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +53,11 @@ OUT_OF_VOCABULARY = "a token id is outside the tokenizer's vocabulary"
 
 class TokenizerAnswers:
     """The answer to one tokenizer call (a body in, a `(headers, body)` out, or a
-    ReplayServerError), counted in `stats` whatever it is. Its `x-replay-source` header
+    ReplayServerError), counted in the replay's state whatever it is. Its `x-replay-source` header
     says where the answer came from: `recording` or `--tokenizer`."""
 
-    def __init__(self, index: Index, stats: Stats, local: LocalTokenizer | None) -> None:
-        self.index, self.stats, self.local = index, stats, local
+    def __init__(self, index: Index, state: State, local: LocalTokenizer | None) -> None:
+        self.index, self.state, self.local = index, state, local
 
     def answer(self, endpoint: str, body: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
         model = None
@@ -76,9 +76,9 @@ class TokenizerAnswers:
                 data = self._computed(run, request, why)
                 how, source = "computed", b"--tokenizer"
         except ReplayServerError as error:
-            self.unanswered(endpoint, model, error, hashlib.sha256(body).digest())
+            self.unanswered(endpoint, model, error, hashlib.sha256(body).hexdigest())
             raise
-        self.stats.tokenizer[how] += 1
+        self.state.record({"kind": "tokenizer", "replica": self.state.replica, "how": how})
         return [_JSON_TYPE, (b"content-length", b"%d" % len(data)),
                 (SOURCE_HEADER, source)], data
 
@@ -107,12 +107,14 @@ class TokenizerAnswers:
         return orjson.dumps(answer)
 
     def unanswered(self, endpoint: str, model: str | None, error: ReplayServerError,
-                   call: bytes) -> None:
+                   call: str) -> None:
         """Count a tokenizer call that got no answer; the first of each reason is logged
         at WARNING (a harness may send two a request: one line each would drown the log)."""
         why = error.detail.get("why") or f"request error {error.status}: {error.message}"
-        first = self.stats.tokenizer_error(endpoint, model, why, call)
-        (log.warning if first else log.debug)(
+        first = self.state.record({"kind": "tokenizer_error", "replica": self.state.replica,
+                                   "endpoint": endpoint, "model": model, "why": why,
+                                   "call": call})
+        (log.debug if first is False else log.warning)(
             "tokenizer call unanswered model=%s %s: %s", model or "-", endpoint,
             error.message)
 

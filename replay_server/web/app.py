@@ -33,14 +33,16 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from .. import __version__, errors
-from ..errors import BadRequest, ReplayServerError
+from ..errors import BadRequest, ReplayServerError, StoreUnavailable
 from ..index.index import Index
 from ..index.samples import Rules
 from ..paths import MODELS_PATH, TOKENIZER_ENDPOINTS, TOKENIZER_INFO_PATH
 from ..replay.batches import Store
 from ..replay.replayer import Replayer
+from ..replay.state import shared
 from ..saved.local_tokenizer import LocalTokenizer
 from ..settings import Settings
+from ..wire.credentials import shown
 from ..wire.families import ENDPOINTS, endpoint_for, error_body_of
 from .batches import PATHS as BATCH_PATHS
 from .batches import router as batches_router
@@ -117,10 +119,13 @@ class ReplayApp(FastAPI):
         if self.api_key is not None and scope["path"] not in UNGUARDED \
                 and not authorized(scope["headers"], scope.get("query_string", b""),
                                    self.api_key):
-            error = unauthorized()
+            error: ReplayServerError = unauthorized()
             if _counted(scope):
-                self.replayer.stats.requests += 1
-                self.replayer.count(None, scope["path"], error)
+                self.replayer.begun()
+                try:
+                    self.replayer.count(None, scope["path"], error)
+                except StoreUnavailable as down:  # (kept, to send once the store is back)
+                    error = down
             await send_error(send, error, scope)
             return
         if not _counted(scope):
@@ -139,12 +144,15 @@ class ReplayApp(FastAPI):
             status = message.get("status", 0) if message["type"] == "http.response.start" \
                 else 0
             if status and not 300 <= status < 400:  # (each has an outcome: an error, or an
-                self.replayer.stats.requests += 1   # answer: a reset, a saved response)
+                self.replayer.begun()               # answer: a reset, a saved response)
             if status >= 400:
                 error = ReplayServerError(f"HTTP {status} for {scope['method']} "
                                           f"{scope['path']}")
                 error.status = status
-                self.replayer.count(None, scope["path"], error)
+                try:
+                    self.replayer.count(None, scope["path"], error)
+                except StoreUnavailable:
+                    pass  # (kept, sent once the store is back; the answer is an error)
             await send(message)
 
         return counting
@@ -198,14 +206,20 @@ def create_app(settings: Settings, index: Index, recorder: Recorder | None = Non
     """The whole server for one loaded index; with `recorder` (`upstream.recorder_for`),
     requests for a model the saved runs lack go through it to the upstream (the caller
     closes its writer; the app, its client); `tokenizer`, --tokenizer's, loaded once by
-    the caller (`saved.loader.tokenizer_of`), computes tokenizer calls."""
+    the caller (`saved.loader.tokenizer_of`), computes tokenizer calls. With --state, the
+    app is a replica of the shared state from here on (its lifespan's end says it
+    stopped)."""
+    state = shared(index, settings.state, shown(settings.state), settings.state_prefix) \
+        if settings.state is not None else None
     replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous), tokenizer,
-                        settings.upstream_patterns() if recorder is not None else None)
+                        settings.upstream_patterns() if recorder is not None else None,
+                        state)
     upstream = Upstream(recorder, replayer) if recorder is not None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
+        replayer.state.close()  # (a shared state: this replica stopped, cleanly)
         if recorder is not None:
             await recorder.close()
 

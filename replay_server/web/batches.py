@@ -32,9 +32,11 @@ _ANTHROPIC = {"x-envelope": "AnthropicError"}  # (schema.py: Anthropic's envelop
 
 
 def _store(request: Request) -> Store:
-    if request.app.state.settings.workers > 1:
+    settings = request.app.state.settings
+    if settings.workers > 1 or settings.state is not None:
         raise BadRequest("batch jobs are kept in the process that created them: serve "
-                         "them with --workers 1")
+                         "them with --workers 1 and without --state (another worker or "
+                         "replica would not know the batch)")
     store: Store = request.app.state.batches
     return store
 
@@ -50,7 +52,7 @@ def _anthropic(request: Request) -> AnthropicBatches:
 def _json(request: Request, body: dict[str, Any]) -> Response:
     """The answer of a call; one that sends something is counted (see the docstring)."""
     if request.method not in ("GET", "HEAD"):
-        request.app.state.replayer.stats.calls += 1
+        request.app.state.replayer.called()
     return Response(orjson.dumps(body), media_type="application/json")
 
 

@@ -10,9 +10,12 @@ tokenizer call's apart), so that `run` fails on it even when the harness swallow
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
+import time
 from functools import partial
+from typing import Any
 from urllib.parse import parse_qsl
 
 from starlette.types import Message, Receive, Scope, Send
@@ -20,7 +23,8 @@ from starlette.types import Message, Receive, Scope, Send
 from .. import errors
 from ..errors import BadRequest, PayloadTooLarge, ReplayServerError, Unauthorized
 from ..paths import TOKENIZER_ENDPOINTS
-from ..replay.replayer import Replayer
+from ..replay.replayer import Replayer, Reply
+from ..replay.state import Busy
 from ..wire.families import ENDPOINTS, family_of
 from .upstream import Upstream
 from .writes import when_sent
@@ -62,10 +66,10 @@ class ReplayEndpoint:
         self.upstream = upstream
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.replayer.stats.requests += 1
         reply = None
         query = scope.get("query_string", b"")
         try:
+            self.replayer.begun()  # (a store that cannot be reached: counted, loudly)
             if self.api_key is not None and not authorized(scope["headers"], query,
                                                            self.api_key):
                 raise self._counted(unauthorized())
@@ -89,7 +93,7 @@ class ReplayEndpoint:
             if self.tokenizer:  # counts what it raises, apart
                 headers, data = self.replayer.tokenizer.answer(self.endpoint, body)
             else:  # (it counts what it raises)
-                reply = self.replayer.take(self.endpoint, body, scope["headers"], fields)
+                reply = await self._take(body, scope["headers"], fields)
                 headers, data = reply.headers, reply.body
             status = 200
         except ReplayServerError as error:
@@ -105,6 +109,21 @@ class ReplayEndpoint:
             raise
         if reply is not None:  # a hit once it left; else its samples are given back
             when_sent(scope, partial(self.replayer.settle, reply))
+
+    async def _take(self, body: bytes, headers: list[tuple[bytes, bytes]],
+                    fields: dict[str, Any] | None) -> Reply:
+        """The Replayer's reply; while it is `Busy` (a shared state: every sample taken,
+        some only promised to an answer on its way on another replica), asked again after
+        a pause, without holding the event loop, until it decides or the wait is over
+        (then it decides: exhausted, counted)."""
+        deadline = None
+        while True:
+            patient = deadline is None or time.monotonic() < deadline
+            try:
+                return self.replayer.take(self.endpoint, body, headers, fields, patient)
+            except Busy as busy:
+                deadline = deadline or time.monotonic() + busy.wait_s
+                await asyncio.sleep(busy.retry_s)
 
     def _counted(self, error: ReplayServerError) -> ReplayServerError:
         """An error that `handle` does not count, counted."""

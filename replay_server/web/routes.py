@@ -128,7 +128,7 @@ async def status(request: Request) -> Response:
 @router.get("/replay/misses", summary="Recent requests that got no saved generation, newest "
             "last, with the nearest saved prompt and where they first differ")
 async def misses(request: Request) -> Response:
-    return _json(orjson.dumps({"misses": list(_replayer(request).stats.misses)}))
+    return _json(orjson.dumps({"misses": list(_replayer(request).current().misses)}))
 
 
 @router.post("/replay/reset", summary="Forget cursors and counters, as if just started",

@@ -5,9 +5,10 @@ it read-only through a shared memory map, so N workers hold one copy of the run,
 The one piece of state a replay keeps, the per-prompt cursor that hands out different
 saved samples to successive n=1 calls, would be split between workers; so a run that
 needs it (prompts with several different saved samples, or --allow-ambiguous) is refused
-with several workers rather than served in a wrong order. Counters and recent misses
-(`/replay/status`, `/replay/misses`) describe the worker that answers; every worker logs
-its misses.
+with several workers rather than served in a wrong order, unless the state is shared
+(`--state`: each worker is then a replica of its own, replay/state/redis.py). Without
+it, counters and recent misses (`/replay/status`, `/replay/misses`) describe the worker
+that answers; every worker logs its misses.
 
 Each worker is a process of its own (spawned: nothing of the parent's state but the
 socket) that runs uvicorn's public `Server.run` on the socket the parent bound, as
@@ -33,8 +34,10 @@ import uvicorn
 from ..errors import LoadError
 from ..index.file import StoredIndex
 from ..index.index import Index
+from ..replay.state import shared
 from ..saved.loader import tokenizer_of
 from ..settings import Settings
+from ..wire.credentials import shown
 from .app import create_app
 from .listen import stop_requested, uvicorn_config
 
@@ -42,15 +45,19 @@ GRACE_S = 40.0  # a worker drains for up to 30 s (uvicorn_config) before it is k
 
 
 def check(index: Index, settings: Settings) -> None:
-    """Raise LoadError unless this run can be served by several workers."""
+    """Raise LoadError unless this run can be served by several workers (with --state:
+    unless the store can be reached and holds this run, or none, under the prefix)."""
     if not isinstance(index, StoredIndex):
         raise LoadError("--workers", None, "several workers need an index file: build one "
                         "with `replay-server index PATHS -o RUN.idx`, then serve RUN.idx")
-    if index.needs_cursor() or settings.allow_ambiguous:
+    if settings.state is None and (index.needs_cursor() or settings.allow_ambiguous):
         raise LoadError(str(index.path), None, f"{index.needs_cursor()} prompt(s) saved "
                         "several different samples, which n=1 calls get one by one in saved "
                         "order (or --allow-ambiguous asks for that): that order lives in one "
-                        "process, so serve this run with --workers 1")
+                        "process, so serve this run with --workers 1, or share it between "
+                        "workers with --state redis://...")
+    if settings.state is not None:  # (each worker will be a replica of its own)
+        shared(index, settings.state, shown(settings.state), settings.state_prefix).close()
 
 
 def run(paths: Sequence[str | Path], settings: Settings, sock: socket.socket) -> None:

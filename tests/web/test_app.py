@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from replay_server.settings import Settings
 from replay_server.web.app import create_app
 from replay_server.wire import keys
+from tests.parts import redis_server
 from tests.support import (
     MODEL,
     Counting,
@@ -282,3 +284,18 @@ def test_models_health_and_status(server: tuple[str, Counting], client: openai.O
     assert model["records"] == len(RECORDS) and model["prompts"] == 7
     assert model["hits"] == 1 and model["replay_no_match"] == 1
     assert status["key_version"] == keys.KEY_VERSION
+
+
+@pytest.mark.http
+@pytest.mark.slow
+def test_a_wrong_key_while_the_shared_state_is_down_is_a_503_not_a_crash(
+        tmp_path: Path) -> None:
+    """The refusal of a request without the API key is counted in the shared state; when
+    the store cannot be reached it is kept, and the client gets the store's 503 in the
+    envelope (never a bare 500)."""
+    with redis_server.running(tmp_path) as store:
+        app = create_app(Settings(state=store.url, api_key="k"), build([]))
+        with running(app) as url:
+            store.stop()
+            response = httpx.post(url.removesuffix("/v1") + "/replay/reset")
+            assert_error(response, 503, "replay_state_unavailable")

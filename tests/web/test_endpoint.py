@@ -5,11 +5,13 @@ the size limit without a Content-Length, or cut short by a client that leaves; a
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import orjson
 import pytest
 from google import genai
@@ -17,10 +19,24 @@ from google.genai import errors, types
 from starlette.types import Message
 
 from replay_server.index.loading import load
+from replay_server.index.samples import Rules
 from replay_server.paths import CHAT_PATH
+from replay_server.replay.replayer import Replayer
+from replay_server.replay.state import shared
 from replay_server.settings import Settings
 from replay_server.web.app import create_app
-from tests.support import build, gemini_contents, gemini_record, gemini_response, running
+from tests.parts import redis_server
+from tests.support import (
+    MODEL,
+    build,
+    chat_record,
+    chat_response,
+    gemini_contents,
+    gemini_record,
+    gemini_response,
+    running,
+    user,
+)
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo-run.jsonl"
 
@@ -125,3 +141,38 @@ def test_a_wrong_google_key_is_a_401_in_googles_envelope(keyed: str) -> None:
                                headers={"x-goog-api-key": "wrong"})):
         assert refused.status_code == 401
         assert refused.json()["error"]["status"] == "UNAUTHENTICATED"
+
+
+@pytest.mark.http
+@pytest.mark.slow
+def test_a_sample_on_its_way_on_another_replica_is_waited_for(tmp_path: Path) -> None:
+    """With a shared state, every sample of a prompt taken but one only promised to an
+    answer on its way on another replica: the request waits (without holding the server)
+    rather than being refused as exhausted, and gets that sample once it is given back."""
+    records = [chat_record("q", chat_response("1", "2"))]
+    body = orjson.dumps({"model": MODEL, "messages": user("q")})
+    got: list[str] = []
+    with redis_server.running(tmp_path) as store:
+        app = create_app(Settings(state=store.url), build(records))
+        other = Replayer(build(records), Rules(), state=shared(build(records), store.url,
+                                                               store.url))
+        try:
+            on_its_way = other.take(CHAT_PATH, body)  # "1", not yet delivered
+            with running(app) as url, openai.OpenAI(base_url=url, api_key="x",
+                                                    max_retries=0) as client:
+                def ask() -> None:
+                    reply = client.chat.completions.create(model=MODEL, messages=user("q"))
+                    got.append(str(reply.choices[0].message.content))
+
+                ask()
+                waiting = threading.Thread(target=ask)
+                waiting.start()
+                replayer = app.state.replayer
+                while replayer.current().requests < 2:  # (it reached the server)
+                    waiting.join(0.01)
+                assert got == ["2"] and waiting.is_alive()
+                other.settle(on_its_way, False)  # the client left: "1" comes back
+                waiting.join(30)
+        finally:
+            other.state.close()
+    assert got == ["2", "1"]

@@ -115,11 +115,10 @@ class Store:
         be, in order; `headers`, the create request's (a family that reads some:
         Anthropic's `anthropic-beta`)."""
         family = family_of(endpoint)
-        stats = self.replayer.stats
         outcomes = []
         for custom_id, body in lines:
             request_id = new_id("req_")
-            stats.requests += 1  # (as a request sent alone is counted, when it begins)
+            self.replayer.begun()  # (as a request sent alone is counted, when it begins)
             try:
                 reply = self.replayer.handle(endpoint, body, headers)
             except ReplayServerError as error:  # (counted and logged by the replayer)
@@ -133,5 +132,5 @@ class Store:
         """Count a batch that ran none of its lines (its input refused whole) as a request
         that got no saved generation: `run` fails on it, whatever the harness does with a
         failed batch."""
-        self.replayer.stats.requests += 1
+        self.replayer.begun()
         self.replayer.count(None, endpoint, BadRequest(why))
