@@ -50,7 +50,6 @@ from bench.run import (  # noqa: E402
     DATA,
     PY,
     RESULTS,
-    ROOT,
     Measure,
     Server,
     ensure_index,

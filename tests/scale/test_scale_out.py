@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +60,7 @@ class Parts:
                            "--server", fleet.url, "--", *command], self.env, cwd,
                    RUN_PRINTED)
 
-    def fleet(self, index: Path, *options: str) -> Iterator[Fleet]:
+    def fleet(self, index: Path, *options: str) -> AbstractContextManager[Fleet]:
         return replicas(["serve", str(index), "--state", self.redis.url, *options], 3,
                         self.tmp, env=self.env)
 
