@@ -192,8 +192,9 @@ SETUPS = ["alone", "state", "balanced x1", "balanced x2", "balanced x3"]
 
 
 def measure(args: argparse.Namespace) -> dict[tuple[str, str], list[Measure]]:
-    chat_index, _ = ensure_index(ensure_run(20000))
-    chat_bodies = workload_bodies(ensure_run(20000, mixed=True))["chat"]
+    chat_run = ensure_run(20000, mixed=True)
+    chat_index, _ = ensure_index(chat_run)
+    chat_bodies = workload_bodies(chat_run)["chat"]
     repeats_index, repeats_bodies = repeats_run(ensure_run(20000))
     work = {"chat": (chat_index, chat_bodies), "repeats": (repeats_index, repeats_bodies)}
     results: dict[tuple[str, str], list[Measure]] = {}
