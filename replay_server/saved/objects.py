@@ -140,20 +140,25 @@ def identity(info: dict[str, Any]) -> str | None:
 
 def listing(url: str) -> Listing:
     """The objects under `url` (a prefix lists like a folder: recursive, sorted, hidden
-    names skipped), or the one object it names; nothing is fetched."""
+    names skipped), or the one object it names; nothing is fetched. A URL ending in `/`
+    is a prefix whatever else its store holds: `s3://b/run/` never reads an object `run`."""
     fs, root = filesystem(url)
+    root = root.rstrip("/")
+    fs.invalidate_cache()  # asked of the store each time, never of an earlier listing
     try:
-        info = fs.info(root)
-        prefix = info.get("type") == "directory"
-        found = fs.find(root, detail=True) if prefix else {root: info}
+        prefix = url.endswith("/") or fs.info(root).get("type") == "directory"
+        found = {p: m for p, m in fs.find(root, detail=True).items() if p.startswith(f"{root}/")
+                 } if prefix else {root: fs.info(root)}
+        if not found:
+            raise FileNotFoundError(url)
     except Exception as e:  # each store raises its own; all are the URL's failure
         raise failure(url, e) from None
     listed = Listing(url, fs, prefix)
     base = url.rstrip("/")
     for path, meta in sorted(found.items()):
-        key = path[len(root.rstrip("/")) + 1:] if prefix else \
-            path.partition("?")[0].rpartition("/")[2]
-        if meta.get("type") == "directory" or any(p.startswith(".") for p in key.split("/")):
+        key = path[len(root) + 1:] if prefix else path.partition("?")[0].rpartition("/")[2]
+        hidden = prefix and any(p.startswith(".") for p in key.split("/"))
+        if meta.get("type") == "directory" or hidden:
             continue
         whole = f"{base}/{key}" if prefix else url
         if "" in key.split("/") or ".." in key.split("/"):
@@ -246,9 +251,28 @@ def _fetch_one(fs: Any, path: str, obj: Object, blob: Path, bar: Any) -> None:
         if obj.size is not None and got != obj.size:
             raise LoadError(obj.url, None, f"the download was cut: {got} of its {obj.size} "
                             "bytes arrived (nothing of it is used; run the command again)")
+        _unchanged(fs, path, obj)
         os.replace(part, blob)
     finally:
         part.unlink(missing_ok=True)
+
+
+def _unchanged(fs: Any, path: str, obj: Object) -> None:
+    """A LoadError unless the object is still as listed once fetched. A store's read gives
+    its newest body: an object overwritten between its listing and its fetch (or during a
+    fetch in parts) would be kept under the identity listed, and served as that from the
+    cache at every later start. (One changed and changed back within a fetch is not seen.)"""
+    if obj.identity is None:
+        return
+    fs.invalidate_cache()
+    try:
+        now = identity(fs.info(path))
+    except Exception as e:  # each store raises its own; all are the URL's failure
+        raise failure(obj.url, e) from None
+    if now != obj.identity:
+        raise LoadError(obj.url, None, f"changed while it was fetched (listed with "
+                        f"{obj.identity}, now {now}): nothing of it is kept; run the command "
+                        "again")
 
 
 def _view(cache: Path, listed: Listing, blobs: dict[Object, Path]) -> Path:

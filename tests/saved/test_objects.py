@@ -228,6 +228,60 @@ def test_concurrent_starts_share_the_cache(s3: S3, tmp_path: Path) -> None:
     assert not list((tmp_path / "c").rglob("*.part"))
 
 
+class Quiet:
+    """A progress bar that shows nothing (what `fetch` is given off a terminal)."""
+
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def reading(s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process reads from `s3`, with its cache in `tmp_path`."""
+    for name, value in {**s3.env, "REPLAY_SERVER_CACHE": str(tmp_path / "c")}.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.slow
+def test_an_object_overwritten_between_its_listing_and_its_fetch_is_never_kept(
+        s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reading(s3, tmp_path, monkeypatch)
+    s3.bucket("race", {"run.jsonl": RUN})
+
+    def overwrite(total: int, what: str) -> Quiet:  # called once listed, before fetching
+        s3.bucket("race", {"run.jsonl": RUN.replace(b"blue", b"gold")})  # the same size
+        return Quiet()
+
+    with pytest.raises(LoadError, match=r"^s3://race/run.jsonl: changed while it was fetched"):
+        objects.fetch(["s3://race/run.jsonl"], overwrite)
+    assert not [p for p in (tmp_path / "c").rglob("*") if p.is_file()]  # nothing kept
+    again = objects.fetch(["s3://race/run.jsonl"], lambda total, what: Quiet())
+    assert b"gold" in Path(again.paths[0]).read_bytes()
+
+
+@pytest.mark.slow
+def test_a_url_ending_in_a_slash_is_the_prefix_even_beside_an_object_of_its_name(
+        s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reading(s3, tmp_path, monkeypatch)
+    s3.bucket("both", {"run": b"an object\n", "run/run.jsonl": RUN, "runs/x.jsonl": RUN,
+                       "solo": RUN})
+    listed = objects.listing("s3://both/run/")
+    assert listed.prefix and [o.url for _, _, o in listed.objects] == ["s3://both/run/run.jsonl"]
+    assert [o.url for _, _, o in objects.listing("s3://both/run").objects] == ["s3://both/run"]
+    with pytest.raises(LoadError, match=r"^s3://both/solo/: no such object, prefix or bucket"):
+        objects.listing("s3://both/solo/")
+
+
+@pytest.mark.slow
+def test_a_hidden_object_named_by_its_url_is_read(s3: S3, tmp_path: Path) -> None:
+    s3.bucket("hid", {".run.jsonl": RUN})
+    done = cli(s3, tmp_path, "inspect", "s3://hid/.run.jsonl")
+    assert done.returncode == 0, done.stderr
+    assert "  s3://hid/.run.jsonl  (native)" in done.stdout
+
+
 # -- http(s):// through a real HTTP server ---------------------------------------------------
 
 class Files(http.server.SimpleHTTPRequestHandler):
