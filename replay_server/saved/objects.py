@@ -24,6 +24,7 @@ import hashlib
 import os
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -217,25 +218,44 @@ def _cached(blob: Path, obj: Object) -> bool:
 
 
 def _fetch_all(jobs: dict[Path, tuple[Listing, str, Object]], bar: Any) -> None:
-    """Every job fetched, THREADS at a time; the first failure (in listing order) raised."""
+    """Every job fetched, THREADS at a time; the first failure (in listing order) raised.
+    On a failure or Ctrl-C nothing more begins and what is under way stops at its next
+    chunk: a pool's own exit would first fetch every object still queued."""
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(THREADS)
     try:
-        with ThreadPoolExecutor(THREADS) as pool:
-            futures = [pool.submit(_fetch_one, listed.fs, path, obj, blob, bar)
-                       for blob, (listed, path, obj) in jobs.items()]
-            for future in futures:
-                future.result()
+        futures = [pool.submit(_fetch_one, listed.fs, path, obj, blob, _progress(bar, stop))
+                   for blob, (listed, path, obj) in jobs.items()]
+        for future in futures:
+            future.result()
+    except BaseException:
+        stop.set()
+        raise
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         bar.close()
 
 
-def _fetch_one(fs: Any, path: str, obj: Object, blob: Path, bar: Any) -> None:
-    """The object, whole, at `blob`: written beside it and renamed once of its size."""
+class Stopped(Exception):
+    """A fetch given up: another failed, or the user pressed Ctrl-C."""
+
+
+def _progress(bar: Any, stop: threading.Event) -> Any:
+    """fsspec's callback for one fetch: its bytes on `bar`, and Stopped once `stop` is set."""
     from fsspec.callbacks import Callback
 
     class Progress(Callback):  # type: ignore[misc]
         def relative_update(self, inc: int = 1) -> None:
+            if stop.is_set():
+                raise Stopped
             bar.update(inc)
 
+    return Progress()
+
+
+def _fetch_one(fs: Any, path: str, obj: Object, blob: Path, progress: Any) -> None:
+    """The object, whole, at `blob`: written beside it and renamed once of its size."""
+    progress.relative_update(0)  # Stopped: given up before it began
     try:
         blob.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -244,7 +264,7 @@ def _fetch_one(fs: Any, path: str, obj: Object, blob: Path, bar: Any) -> None:
     part = blob.with_name(f".{blob.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
     try:
         try:
-            fs.get_file(path, str(part), callback=Progress())
+            fs.get_file(path, str(part), callback=progress)
         except Exception as e:  # each store raises its own; all are the URL's failure
             raise failure(obj.url, e) from None
         got = part.stat().st_size

@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.server
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -280,6 +281,30 @@ def test_a_hidden_object_named_by_its_url_is_read(s3: S3, tmp_path: Path) -> Non
     done = cli(s3, tmp_path, "inspect", "s3://hid/.run.jsonl")
     assert done.returncode == 0, done.stderr
     assert "  s3://hid/.run.jsonl  (native)" in done.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_fetch_begins_no_more_and_leaves_the_cache_whole(
+        s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reading(s3, tmp_path, monkeypatch)
+    body = RUN * 1000  # several chunks each
+    s3.bucket("stop", {f"p/run{i:02}.jsonl": body for i in range(40)})
+
+    class CtrlC(Quiet):
+        pressed = False
+
+        def update(self, n: int) -> None:  # the first bytes arrived: Ctrl-C, once
+            if not self.pressed:
+                self.pressed = True
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        objects.fetch(["s3://stop/p/"], lambda total, what: CtrlC())
+    assert s3.gets("stop") < 40  # it stopped: not every object was fetched first
+    assert not list((tmp_path / "c").rglob("*.part"))
+    again = objects.fetch(["s3://stop/p/"], lambda total, what: Quiet())
+    assert len(again.objects) == 40
+    assert all(copy.read_bytes() == body for copy in again.objects)
 
 
 # -- http(s):// through a real HTTP server ---------------------------------------------------
