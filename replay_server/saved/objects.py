@@ -20,6 +20,7 @@ This is the only module that imports fsspec, and only when a URL is given.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -40,6 +41,8 @@ EXTRA = "pip install 'replay-server[objects]'"
 INSTALL = {"s3": EXTRA, "s3a": EXTRA, "gs": "pip install gcsfs", "gcs": "pip install gcsfs",
            "hf": "pip install huggingface_hub"}
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+# What a local write fails with, never a store's read: the cache's disk is full
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 THREADS = 8  # objects fetched at once: enough to fill a link, few enough for any store
 # An object's identity, by the first field its filesystem gives (s3fs, gcsfs, huggingface_hub,
 # fsspec's http): what changes when the object does. The last group only says when.
@@ -256,16 +259,18 @@ def _progress(bar: Any, stop: threading.Event) -> Any:
 def _fetch_one(fs: Any, path: str, obj: Object, blob: Path, progress: Any) -> None:
     """The object, whole, at `blob`: written beside it and renamed once of its size."""
     progress.relative_update(0)  # Stopped: given up before it began
-    try:
-        blob.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise LoadError(str(blob.parent), None, f"cannot write the cache: {e.strerror or e}"
-                        ) from None
     part = blob.with_name(f".{blob.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
     try:
         try:
+            blob.parent.mkdir(parents=True, exist_ok=True)
+            part.touch()  # a cache that cannot be written, told from a store that refuses
+        except OSError as e:
+            raise _unwritable(obj, blob, e) from None
+        try:
             fs.get_file(path, str(part), callback=progress)
         except Exception as e:  # each store raises its own; all are the URL's failure
+            if isinstance(e, OSError) and e.errno in _FULL:
+                raise _unwritable(obj, blob, e) from None
             raise failure(obj.url, e) from None
         got = part.stat().st_size
         if obj.size is not None and got != obj.size:
@@ -275,6 +280,13 @@ def _fetch_one(fs: Any, path: str, obj: Object, blob: Path, progress: Any) -> No
         os.replace(part, blob)
     finally:
         part.unlink(missing_ok=True)
+
+
+def _unwritable(obj: Object, blob: Path, error: OSError) -> LoadError:
+    """The cache's failure, named as such: a full disk is not the store's fault."""
+    return LoadError(obj.url, None, f"cannot be written into the cache ({blob.parents[2]}): "
+                     f"{error.strerror or error} ({obj.size} bytes; free space there, or set "
+                     "REPLAY_SERVER_CACHE to a folder that can hold it)")
 
 
 def _unchanged(fs: Any, path: str, obj: Object) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.server
 import importlib.util
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -305,6 +306,23 @@ def test_ctrl_c_during_a_fetch_begins_no_more_and_leaves_the_cache_whole(
     again = objects.fetch(["s3://stop/p/"], lambda total, what: Quiet())
     assert len(again.objects) == 40
     assert all(copy.read_bytes() == body for copy in again.objects)
+
+
+def small_files() -> None:
+    """No file of this process may grow past 64 KiB: a disk too small for the object."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+
+
+@pytest.mark.slow
+def test_a_cache_that_cannot_hold_an_object_is_told_from_a_store_that_cannot_give_it(
+        s3: S3, tmp_path: Path) -> None:
+    s3.bucket("big", {"run.jsonl": RUN * 1000})
+    done = subprocess.run([*CLI, "inspect", "s3://big/run.jsonl"], env=environ(s3, tmp_path),
+                          capture_output=True, text=True, timeout=120, preexec_fn=small_files)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: s3://big/run.jsonl: cannot be written into the "
+                                  f"cache ({tmp_path / 'c'}): File too large"), done.stderr
+    assert not list((tmp_path / "c").rglob("*.part"))
 
 
 # -- http(s):// through a real HTTP server ---------------------------------------------------
