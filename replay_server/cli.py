@@ -25,6 +25,7 @@ from .commands.convert import convert_paths
 from .commands.index import build_index as write_index
 from .errors import LoadError
 from .settings import DEFAULT_MAX_LINE, SETTINGS, Settings, envvar, flag
+from .wire.credentials import ScrubbedFormatter
 
 F = Callable[..., Any]
 
@@ -85,9 +86,13 @@ def _settings(options: dict[str, Any]) -> Settings:
     if values.get("api_key") is None and os.environ.get(envvar("api_key")) == "":
         values["api_key"] = ""  # click reads an empty variable as unset: refused below
     settings = Settings(**values)
-    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(ScrubbedFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[stderr])
+    # httpx's request lines; botocore's say where credentials were found, and at debug
+    # show every request's signed headers
+    for name in ("httpx", "botocore", "aiobotocore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     return settings
 
 

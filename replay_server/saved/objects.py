@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LoadError, show_as
-from ..wire.credentials import shown
+from ..wire.credentials import scrubbed, shown
 
 EXTRA = "pip install 'replay-server[objects]'"
 # What a filesystem of fsspec's needs, by the URL's scheme (the others: fsspec's own message)
@@ -127,8 +127,7 @@ def failure(url: str, error: Exception) -> LoadError:
         why = ("access denied: the credentials found (the filesystem's usual chain; for "
                "s3://, the AWS_* variables or a profile) may not read it")
     else:
-        text = re.sub(r"\w+://[^\s'\"]+", lambda m: shown(m.group()), str(error))
-        why = f"cannot read it: {type(error).__name__}: {text}"
+        why = f"cannot read it: {type(error).__name__}: {scrubbed(str(error))}"
     return LoadError(shown(url), None, why)
 
 

@@ -385,6 +385,22 @@ def test_an_http_url_is_served_and_shown_without_its_credentials(tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_debug_logs_show_no_credential_of_a_url(tmp_path: Path) -> None:
+    pytest.importorskip("fsspec")
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "run.jsonl").write_bytes(RUN)
+    with http_files(tmp_path / "www") as root:
+        secret = root.replace("://", f"://user:{SECRET}@")
+        for name in ("run.jsonl", "gone.jsonl"):
+            done = subprocess.run([*CLI, "run", "--log-level", "debug", "--allow-unused",
+                                   f"{secret}/{name}?X-Amz-Signature={SECRET}", "--", "true"],
+                                  env=environ(None, tmp_path), capture_output=True, text=True,
+                                  timeout=120)
+            assert f"{root}/{name}" in done.stdout + done.stderr
+            assert SECRET not in done.stdout + done.stderr
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["cut.jsonl", "short.jsonl"])
 def test_a_cut_download_is_never_used(tmp_path: Path, name: str) -> None:
     pytest.importorskip("fsspec")
