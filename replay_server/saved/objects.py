@@ -15,39 +15,31 @@ Credentials come from each filesystem's own chain (for s3://: the AWS variables,
 profile, `AWS_ENDPOINT_URL` for another endpoint); a URL is only ever shown without them
 (`wire.credentials.shown`), in messages, names and the index's record. The cached copies
 are named by their URLs (`errors.show_as`): a bad line is `s3://bucket/run.jsonl:17`.
-This is the only module that imports fsspec, and only when a URL is given.
+It and `saved/fetching.py` (one object fetched, whole and as listed) are the only
+modules that import fsspec, and only when a URL is given.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import re
 import shutil
-import threading
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import LoadError, show_as
 from ..wire.credentials import scrubbed, shown
+from .fetching import Object, failure, fetch_all, identity
 
 EXTRA = "pip install 'replay-server[objects]'"
 # What a filesystem of fsspec's needs, by the URL's scheme (the others: fsspec's own message)
 INSTALL = {"s3": EXTRA, "s3a": EXTRA, "gs": "pip install gcsfs", "gcs": "pip install gcsfs",
            "hf": "pip install huggingface_hub"}
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-# What a local write fails with, never a store's read: the cache's disk is full
-_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
-THREADS = 8  # objects fetched at once: enough to fill a link, few enough for any store
-# An object's identity, by the first field its filesystem gives (s3fs, gcsfs, huggingface_hub,
-# fsspec's http): what changes when the object does. The last group only says when.
-_VERSIONS = ("ETag", "etag", "VersionId", "generation", "blob_id", "Content-MD5", "Digest")
-_TIMES = ("LastModified", "last_modified", "updated", "mtime", "Last-Modified")
 
 
 def is_url(argument: str | Path) -> bool:
@@ -63,19 +55,6 @@ def cache_dir() -> Path:
         return Path(own).expanduser().absolute()
     base = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser().absolute()
     return base / "replay-server" / "objects"
-
-
-@dataclass(frozen=True)
-class Object:
-    """One object as listed: its URL (shown: no credentials), size and identity (None:
-    its store tells nothing that changes with it, so it is fetched every time)."""
-
-    url: str
-    size: int | None
-    identity: str | None
-
-    def record(self) -> dict[str, Any]:
-        return {"url": self.url, "size": self.size, "identity": self.identity}
 
 
 @dataclass
@@ -114,31 +93,8 @@ def filesystem(url: str) -> tuple[Any, str]:
         raise LoadError(shown(url), None, f"needs the package of its filesystem ({e}): "
                         f"{install}") from None
     except ValueError as e:
-        raise LoadError(shown(url), None, f"not a URL fsspec reads: {e}") from None
-
-
-def failure(url: str, error: Exception) -> LoadError:
-    """A fetch or listing that failed, as a LoadError naming the URL (never credentials)."""
-    if isinstance(error, LoadError):
-        return error
-    if isinstance(error, FileNotFoundError):
-        why = "no such object, prefix or bucket"
-    elif isinstance(error, PermissionError):
-        why = ("access denied: the credentials found (the filesystem's usual chain; for "
-               "s3://, the AWS_* variables or a profile) may not read it")
-    else:
-        why = f"cannot read it: {type(error).__name__}: {scrubbed(str(error))}"
-    return LoadError(shown(url), None, why)
-
-
-def identity(info: dict[str, Any]) -> str | None:
-    """What changes when the object does, by its listing: an ETag or version id, else its
-    modification time (with the size beside it, in `Object`), else None."""
-    for name in (*_VERSIONS, *_TIMES):
-        value = info.get(name)
-        if value:
-            return f"{name}={value}"
-    return None
+        raise LoadError(shown(url), None, f"not a URL fsspec reads: {scrubbed(str(e))}"
+                        ) from None
 
 
 def listing(url: str) -> Listing:
@@ -180,10 +136,10 @@ def fetch(arguments: Sequence[str | Path], bar: Callable[[int, str], Any]) -> Fe
     listings = {a: listing(a) for a in dict.fromkeys(str(a) for a in arguments if is_url(a))}
     blobs = {obj: _blob(cache, obj) for listed in listings.values()
              for _, _, obj in listed.objects}
-    wanted = {blobs[obj]: (listed, path, obj) for listed in listings.values()
+    wanted = {blobs[obj]: (listed.fs, path, obj) for listed in listings.values()
               for _, path, obj in listed.objects}
     missing = {blob: job for blob, job in wanted.items() if not _cached(blob, job[2])}
-    _fetch_all(missing, bar(sum(job[2].size or 0 for job in missing.values()),
+    fetch_all(missing, bar(sum(job[2].size or 0 for job in missing.values()),
                             f"fetching into {cache}"))
     fetched = Fetched([])
     for argument in arguments:
@@ -217,93 +173,6 @@ def _cached(blob: Path, obj: Object) -> bool:
         return obj.identity is not None and blob.stat().st_size == obj.size
     except OSError:
         return False
-
-
-def _fetch_all(jobs: dict[Path, tuple[Listing, str, Object]], bar: Any) -> None:
-    """Every job fetched, THREADS at a time; the first failure (in listing order) raised.
-    On a failure or Ctrl-C nothing more begins and what is under way stops at its next
-    chunk: a pool's own exit would first fetch every object still queued."""
-    stop = threading.Event()
-    pool = ThreadPoolExecutor(THREADS)
-    try:
-        futures = [pool.submit(_fetch_one, listed.fs, path, obj, blob, _progress(bar, stop))
-                   for blob, (listed, path, obj) in jobs.items()]
-        for future in futures:
-            future.result()
-    except BaseException:
-        stop.set()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        bar.close()
-
-
-class Stopped(Exception):
-    """A fetch given up: another failed, or the user pressed Ctrl-C."""
-
-
-def _progress(bar: Any, stop: threading.Event) -> Any:
-    """fsspec's callback for one fetch: its bytes on `bar`, and Stopped once `stop` is set."""
-    from fsspec.callbacks import Callback
-
-    class Progress(Callback):  # type: ignore[misc]
-        def relative_update(self, inc: int = 1) -> None:
-            if stop.is_set():
-                raise Stopped
-            bar.update(inc)
-
-    return Progress()
-
-
-def _fetch_one(fs: Any, path: str, obj: Object, blob: Path, progress: Any) -> None:
-    """The object, whole, at `blob`: written beside it and renamed once of its size."""
-    progress.relative_update(0)  # Stopped: given up before it began
-    part = blob.with_name(f".{blob.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
-    try:
-        try:
-            blob.parent.mkdir(parents=True, exist_ok=True)
-            part.touch()  # a cache that cannot be written, told from a store that refuses
-        except OSError as e:
-            raise _unwritable(obj, blob, e) from None
-        try:
-            fs.get_file(path, str(part), callback=progress)
-        except Exception as e:  # each store raises its own; all are the URL's failure
-            if isinstance(e, OSError) and e.errno in _FULL:
-                raise _unwritable(obj, blob, e) from None
-            raise failure(obj.url, e) from None
-        got = part.stat().st_size
-        if obj.size is not None and got != obj.size:
-            raise LoadError(obj.url, None, f"the download was cut: {got} of its {obj.size} "
-                            "bytes arrived (nothing of it is used; run the command again)")
-        _unchanged(fs, path, obj)
-        os.replace(part, blob)
-    finally:
-        part.unlink(missing_ok=True)
-
-
-def _unwritable(obj: Object, blob: Path, error: OSError) -> LoadError:
-    """The cache's failure, named as such: a full disk is not the store's fault."""
-    return LoadError(obj.url, None, f"cannot be written into the cache ({blob.parents[2]}): "
-                     f"{error.strerror or error} ({obj.size} bytes; free space there, or set "
-                     "REPLAY_SERVER_CACHE to a folder that can hold it)")
-
-
-def _unchanged(fs: Any, path: str, obj: Object) -> None:
-    """A LoadError unless the object is still as listed once fetched. A store's read gives
-    its newest body: an object overwritten between its listing and its fetch (or during a
-    fetch in parts) would be kept under the identity listed, and served as that from the
-    cache at every later start. (One changed and changed back within a fetch is not seen.)"""
-    if obj.identity is None:
-        return
-    fs.invalidate_cache()
-    try:
-        now = identity(fs.info(path))
-    except Exception as e:  # each store raises its own; all are the URL's failure
-        raise failure(obj.url, e) from None
-    if now != obj.identity:
-        raise LoadError(obj.url, None, f"changed while it was fetched (listed with "
-                        f"{obj.identity}, now {now}): nothing of it is kept; run the command "
-                        "again")
 
 
 def _view(cache: Path, listed: Listing, blobs: dict[Object, Path]) -> Path:

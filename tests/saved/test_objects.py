@@ -8,8 +8,6 @@ from __future__ import annotations
 import http.server
 import importlib.util
 import os
-import resource
-import signal
 import subprocess
 import sys
 import threading
@@ -26,7 +24,7 @@ import pytest
 from replay_server import errors
 from replay_server.errors import LoadError, show_as, shown_file
 from replay_server.saved import objects
-from tests.parts.s3 import S3, SECRET, s3_server
+from tests.parts.s3 import S3, SECRET, reading, s3_server
 from tests.support import CLI, MODEL, chat_response, free_port, spawn
 
 
@@ -88,17 +86,6 @@ def test_a_missing_filesystem_package_names_what_to_install() -> None:
         pytest.skip("gcsfs is installed")
     with pytest.raises(LoadError, match=r"gs://bucket/run.jsonl: .*pip install gcsfs"):
         objects.filesystem("gs://bucket/run.jsonl")
-
-
-@pytest.mark.parametrize(("info", "expected"), [
-    ({"ETag": '"abc"', "LastModified": "t"}, 'ETag="abc"'),
-    ({"generation": "17", "updated": "t"}, "generation=17"),
-    ({"Last-Modified": "Sun, 06 Dec 2026"}, "Last-Modified=Sun, 06 Dec 2026"),
-    ({"size": 3}, None),
-])
-def test_an_object_s_identity_is_its_etag_or_version_else_its_time(
-        info: dict[str, Any], expected: str | None) -> None:
-    assert objects.identity(info) == expected
 
 
 def test_the_cache_is_where_the_environment_says(monkeypatch: pytest.MonkeyPatch,
@@ -230,39 +217,6 @@ def test_concurrent_starts_share_the_cache(s3: S3, tmp_path: Path) -> None:
     assert not list((tmp_path / "c").rglob("*.part"))
 
 
-class Quiet:
-    """A progress bar that shows nothing (what `fetch` is given off a terminal)."""
-
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def reading(s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """This process reads from `s3`, with its cache in `tmp_path`."""
-    for name, value in {**s3.env, "REPLAY_SERVER_CACHE": str(tmp_path / "c")}.items():
-        monkeypatch.setenv(name, value)
-
-
-@pytest.mark.slow
-def test_an_object_overwritten_between_its_listing_and_its_fetch_is_never_kept(
-        s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    reading(s3, tmp_path, monkeypatch)
-    s3.bucket("race", {"run.jsonl": RUN})
-
-    def overwrite(total: int, what: str) -> Quiet:  # called once listed, before fetching
-        s3.bucket("race", {"run.jsonl": RUN.replace(b"blue", b"gold")})  # the same size
-        return Quiet()
-
-    with pytest.raises(LoadError, match=r"^s3://race/run.jsonl: changed while it was fetched"):
-        objects.fetch(["s3://race/run.jsonl"], overwrite)
-    assert not [p for p in (tmp_path / "c").rglob("*") if p.is_file()]  # nothing kept
-    again = objects.fetch(["s3://race/run.jsonl"], lambda total, what: Quiet())
-    assert b"gold" in Path(again.paths[0]).read_bytes()
-
-
 @pytest.mark.slow
 def test_a_url_ending_in_a_slash_is_the_prefix_even_beside_an_object_of_its_name(
         s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -282,47 +236,6 @@ def test_a_hidden_object_named_by_its_url_is_read(s3: S3, tmp_path: Path) -> Non
     done = cli(s3, tmp_path, "inspect", "s3://hid/.run.jsonl")
     assert done.returncode == 0, done.stderr
     assert "  s3://hid/.run.jsonl  (native)" in done.stdout
-
-
-@pytest.mark.slow
-def test_ctrl_c_during_a_fetch_begins_no_more_and_leaves_the_cache_whole(
-        s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    reading(s3, tmp_path, monkeypatch)
-    body = RUN * 1000  # several chunks each
-    s3.bucket("stop", {f"p/run{i:02}.jsonl": body for i in range(40)})
-
-    class CtrlC(Quiet):
-        pressed = False
-
-        def update(self, n: int) -> None:  # the first bytes arrived: Ctrl-C, once
-            if not self.pressed:
-                self.pressed = True
-                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
-
-    with pytest.raises(KeyboardInterrupt):
-        objects.fetch(["s3://stop/p/"], lambda total, what: CtrlC())
-    assert s3.gets("stop") < 40  # it stopped: not every object was fetched first
-    assert not list((tmp_path / "c").rglob("*.part"))
-    again = objects.fetch(["s3://stop/p/"], lambda total, what: Quiet())
-    assert len(again.objects) == 40
-    assert all(copy.read_bytes() == body for copy in again.objects)
-
-
-def small_files() -> None:
-    """No file of this process may grow past 64 KiB: a disk too small for the object."""
-    resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
-
-
-@pytest.mark.slow
-def test_a_cache_that_cannot_hold_an_object_is_told_from_a_store_that_cannot_give_it(
-        s3: S3, tmp_path: Path) -> None:
-    s3.bucket("big", {"run.jsonl": RUN * 1000})
-    done = subprocess.run([*CLI, "inspect", "s3://big/run.jsonl"], env=environ(s3, tmp_path),
-                          capture_output=True, text=True, timeout=120, preexec_fn=small_files)
-    assert done.returncode == 2
-    assert done.stderr.startswith(f"error: s3://big/run.jsonl: cannot be written into the "
-                                  f"cache ({tmp_path / 'c'}): File too large"), done.stderr
-    assert not list((tmp_path / "c").rglob("*.part"))
 
 
 # -- http(s):// through a real HTTP server ---------------------------------------------------
