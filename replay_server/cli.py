@@ -6,7 +6,6 @@ it when they run, so that `inspect`, `convert`, `index` and `--help` start quick
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from .commands import inspect as inspecting
 from .commands.command import MAX_ATTEMPTS
 from .commands.convert import convert_paths
 from .commands.index import build_index as write_index
+from .commands.logs import log_to_stderr
 from .errors import LoadError
 from .settings import DEFAULT_MAX_LINE, SETTINGS, Settings, envvar, flag
 
@@ -85,9 +85,7 @@ def _settings(options: dict[str, Any]) -> Settings:
     if values.get("api_key") is None and os.environ.get(envvar("api_key")) == "":
         values["api_key"] = ""  # click reads an empty variable as unset: refused below
     settings = Settings(**values)
-    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    log_to_stderr(settings.log_level)
     return settings
 
 

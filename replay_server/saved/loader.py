@@ -25,9 +25,10 @@ from tqdm import tqdm
 
 from ..errors import LoadError
 from ..settings import DEFAULT_MAX_LINE
+from .fetching import Object
 from .formats import READERS, LoadContext, Reader
 from .jsonl import LineTooLong, line_not_json
-from .objects import Object, fetch
+from .objects import fetch
 from .record import Record
 from .writer import not_a_file
 

@@ -15,7 +15,8 @@ Credentials come from each filesystem's own chain (for s3://: the AWS variables,
 profile, `AWS_ENDPOINT_URL` for another endpoint); a URL is only ever shown without them
 (`wire.credentials.shown`), in messages, names and the index's record. The cached copies
 are named by their URLs (`errors.show_as`): a bad line is `s3://bucket/run.jsonl:17`.
-This is the only module that imports fsspec, and only when a URL is given.
+It and `saved/fetching.py` (one object fetched, whole and as listed) are the only
+modules that import fsspec, and only when a URL is given.
 """
 
 from __future__ import annotations
@@ -26,24 +27,19 @@ import re
 import shutil
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import LoadError, show_as
-from ..wire.credentials import shown
+from ..wire.credentials import scrubbed, shown
+from .fetching import Object, failure, fetch_all, identity
 
 EXTRA = "pip install 'replay-server[objects]'"
 # What a filesystem of fsspec's needs, by the URL's scheme (the others: fsspec's own message)
 INSTALL = {"s3": EXTRA, "s3a": EXTRA, "gs": "pip install gcsfs", "gcs": "pip install gcsfs",
            "hf": "pip install huggingface_hub"}
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-THREADS = 8  # objects fetched at once: enough to fill a link, few enough for any store
-# An object's identity, by the first field its filesystem gives (s3fs, gcsfs, huggingface_hub,
-# fsspec's http): what changes when the object does. The last group only says when.
-_VERSIONS = ("ETag", "etag", "VersionId", "generation", "blob_id", "Content-MD5", "Digest")
-_TIMES = ("LastModified", "last_modified", "updated", "mtime", "Last-Modified")
 
 
 def is_url(argument: str | Path) -> bool:
@@ -59,19 +55,6 @@ def cache_dir() -> Path:
         return Path(own).expanduser().absolute()
     base = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser().absolute()
     return base / "replay-server" / "objects"
-
-
-@dataclass(frozen=True)
-class Object:
-    """One object as listed: its URL (shown: no credentials), size and identity (None:
-    its store tells nothing that changes with it, so it is fetched every time)."""
-
-    url: str
-    size: int | None
-    identity: str | None
-
-    def record(self) -> dict[str, Any]:
-        return {"url": self.url, "size": self.size, "identity": self.identity}
 
 
 @dataclass
@@ -110,50 +93,31 @@ def filesystem(url: str) -> tuple[Any, str]:
         raise LoadError(shown(url), None, f"needs the package of its filesystem ({e}): "
                         f"{install}") from None
     except ValueError as e:
-        raise LoadError(shown(url), None, f"not a URL fsspec reads: {e}") from None
-
-
-def failure(url: str, error: Exception) -> LoadError:
-    """A fetch or listing that failed, as a LoadError naming the URL (never credentials)."""
-    if isinstance(error, LoadError):
-        return error
-    if isinstance(error, FileNotFoundError):
-        why = "no such object, prefix or bucket"
-    elif isinstance(error, PermissionError):
-        why = ("access denied: the credentials found (the filesystem's usual chain; for "
-               "s3://, the AWS_* variables or a profile) may not read it")
-    else:
-        text = re.sub(r"\w+://[^\s'\"]+", lambda m: shown(m.group()), str(error))
-        why = f"cannot read it: {type(error).__name__}: {text}"
-    return LoadError(shown(url), None, why)
-
-
-def identity(info: dict[str, Any]) -> str | None:
-    """What changes when the object does, by its listing: an ETag or version id, else its
-    modification time (with the size beside it, in `Object`), else None."""
-    for name in (*_VERSIONS, *_TIMES):
-        value = info.get(name)
-        if value:
-            return f"{name}={value}"
-    return None
+        raise LoadError(shown(url), None, f"not a URL fsspec reads: {scrubbed(str(e))}"
+                        ) from None
 
 
 def listing(url: str) -> Listing:
     """The objects under `url` (a prefix lists like a folder: recursive, sorted, hidden
-    names skipped), or the one object it names; nothing is fetched."""
+    names skipped), or the one object it names; nothing is fetched. A URL ending in `/`
+    is a prefix whatever else its store holds: `s3://b/run/` never reads an object `run`."""
     fs, root = filesystem(url)
+    root = root.rstrip("/")
+    fs.invalidate_cache()  # asked of the store each time, never of an earlier listing
     try:
-        info = fs.info(root)
-        prefix = info.get("type") == "directory"
-        found = fs.find(root, detail=True) if prefix else {root: info}
+        prefix = url.endswith("/") or fs.info(root).get("type") == "directory"
+        found = {p: m for p, m in fs.find(root, detail=True).items() if p.startswith(f"{root}/")
+                 } if prefix else {root: fs.info(root)}
+        if not found:
+            raise FileNotFoundError(url)
     except Exception as e:  # each store raises its own; all are the URL's failure
         raise failure(url, e) from None
     listed = Listing(url, fs, prefix)
     base = url.rstrip("/")
     for path, meta in sorted(found.items()):
-        key = path[len(root.rstrip("/")) + 1:] if prefix else \
-            path.partition("?")[0].rpartition("/")[2]
-        if meta.get("type") == "directory" or any(p.startswith(".") for p in key.split("/")):
+        key = path[len(root) + 1:] if prefix else path.partition("?")[0].rpartition("/")[2]
+        hidden = prefix and any(p.startswith(".") for p in key.split("/"))
+        if meta.get("type") == "directory" or hidden:
             continue
         whole = f"{base}/{key}" if prefix else url
         if "" in key.split("/") or ".." in key.split("/"):
@@ -172,10 +136,10 @@ def fetch(arguments: Sequence[str | Path], bar: Callable[[int, str], Any]) -> Fe
     listings = {a: listing(a) for a in dict.fromkeys(str(a) for a in arguments if is_url(a))}
     blobs = {obj: _blob(cache, obj) for listed in listings.values()
              for _, _, obj in listed.objects}
-    wanted = {blobs[obj]: (listed, path, obj) for listed in listings.values()
+    wanted = {blobs[obj]: (listed.fs, path, obj) for listed in listings.values()
               for _, path, obj in listed.objects}
     missing = {blob: job for blob, job in wanted.items() if not _cached(blob, job[2])}
-    _fetch_all(missing, bar(sum(job[2].size or 0 for job in missing.values()),
+    fetch_all(missing, bar(sum(job[2].size or 0 for job in missing.values()),
                             f"fetching into {cache}"))
     fetched = Fetched([])
     for argument in arguments:
@@ -209,46 +173,6 @@ def _cached(blob: Path, obj: Object) -> bool:
         return obj.identity is not None and blob.stat().st_size == obj.size
     except OSError:
         return False
-
-
-def _fetch_all(jobs: dict[Path, tuple[Listing, str, Object]], bar: Any) -> None:
-    """Every job fetched, THREADS at a time; the first failure (in listing order) raised."""
-    try:
-        with ThreadPoolExecutor(THREADS) as pool:
-            futures = [pool.submit(_fetch_one, listed.fs, path, obj, blob, bar)
-                       for blob, (listed, path, obj) in jobs.items()]
-            for future in futures:
-                future.result()
-    finally:
-        bar.close()
-
-
-def _fetch_one(fs: Any, path: str, obj: Object, blob: Path, bar: Any) -> None:
-    """The object, whole, at `blob`: written beside it and renamed once of its size."""
-    from fsspec.callbacks import Callback
-
-    class Progress(Callback):  # type: ignore[misc]
-        def relative_update(self, inc: int = 1) -> None:
-            bar.update(inc)
-
-    try:
-        blob.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise LoadError(str(blob.parent), None, f"cannot write the cache: {e.strerror or e}"
-                        ) from None
-    part = blob.with_name(f".{blob.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
-    try:
-        try:
-            fs.get_file(path, str(part), callback=Progress())
-        except Exception as e:  # each store raises its own; all are the URL's failure
-            raise failure(obj.url, e) from None
-        got = part.stat().st_size
-        if obj.size is not None and got != obj.size:
-            raise LoadError(obj.url, None, f"the download was cut: {got} of its {obj.size} "
-                            "bytes arrived (nothing of it is used; run the command again)")
-        os.replace(part, blob)
-    finally:
-        part.unlink(missing_ok=True)
 
 
 def _view(cache: Path, listed: Listing, blobs: dict[Object, Path]) -> Path:

@@ -16,6 +16,7 @@ value.
 from __future__ import annotations
 
 import base64
+import logging
 import re
 from collections.abc import Mapping
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -53,6 +54,29 @@ def shown(url: str) -> str:
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, host, parts.path, query_without_keys(parts.query),
                        parts.fragment))
+
+
+# A URL inside some text: a client's error message, a library's log line
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def scrubbed(text: str) -> str:
+    """`text` with every URL in it `shown`: what a library says about a URL (an error, a
+    debug line) may quote it whole, with the credentials it was given."""
+    def one(url: re.Match[str]) -> str:
+        try:
+            return shown(url.group())
+        except ValueError:  # not a URL urlsplit can take apart: none of it shown
+            return url.group().partition("://")[0] + "://..."
+    return _URL_IN_TEXT.sub(one, text)
+
+
+class ScrubbedFormatter(logging.Formatter):
+    """Log lines, tracebacks included, with every URL `scrubbed`: object stores' clients
+    (fsspec's HTTP filesystem, aiohttp) log and raise with the URLs they fetch whole."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrubbed(super().format(record))
 
 
 def basic_auth(url: str) -> str | None:

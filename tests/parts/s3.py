@@ -69,6 +69,24 @@ class S3:
                    if f'"GET /{bucket}/' in line and "?" not in line.split('"')[1])
 
 
+class Quiet:
+    """A progress bar that shows nothing (what `fetch` is given off a terminal)."""
+
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def reading(s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process (its s3fs) reads from `s3`, with its cache in `tmp_path`."""
+    import s3fs
+    for name, value in {**s3.env, "REPLAY_SERVER_CACHE": str(tmp_path / "c")}.items():
+        monkeypatch.setenv(name, value)
+    s3fs.S3FileSystem.clear_instance_cache()  # fsspec's: one made for another server
+
+
 @contextmanager
 def s3_server(tmp_path: Path, denying: bool = False) -> Iterator[S3]:
     """moto's S3 server on a free 127.0.0.1 port, until the block ends; `denying`: with

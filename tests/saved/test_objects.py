@@ -24,7 +24,7 @@ import pytest
 from replay_server import errors
 from replay_server.errors import LoadError, show_as, shown_file
 from replay_server.saved import objects
-from tests.parts.s3 import S3, SECRET, s3_server
+from tests.parts.s3 import S3, SECRET, reading, s3_server
 from tests.support import CLI, MODEL, chat_response, free_port, spawn
 
 
@@ -86,17 +86,6 @@ def test_a_missing_filesystem_package_names_what_to_install() -> None:
         pytest.skip("gcsfs is installed")
     with pytest.raises(LoadError, match=r"gs://bucket/run.jsonl: .*pip install gcsfs"):
         objects.filesystem("gs://bucket/run.jsonl")
-
-
-@pytest.mark.parametrize(("info", "expected"), [
-    ({"ETag": '"abc"', "LastModified": "t"}, 'ETag="abc"'),
-    ({"generation": "17", "updated": "t"}, "generation=17"),
-    ({"Last-Modified": "Sun, 06 Dec 2026"}, "Last-Modified=Sun, 06 Dec 2026"),
-    ({"size": 3}, None),
-])
-def test_an_object_s_identity_is_its_etag_or_version_else_its_time(
-        info: dict[str, Any], expected: str | None) -> None:
-    assert objects.identity(info) == expected
 
 
 def test_the_cache_is_where_the_environment_says(monkeypatch: pytest.MonkeyPatch,
@@ -228,6 +217,27 @@ def test_concurrent_starts_share_the_cache(s3: S3, tmp_path: Path) -> None:
     assert not list((tmp_path / "c").rglob("*.part"))
 
 
+@pytest.mark.slow
+def test_a_url_ending_in_a_slash_is_the_prefix_even_beside_an_object_of_its_name(
+        s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reading(s3, tmp_path, monkeypatch)
+    s3.bucket("both", {"run": b"an object\n", "run/run.jsonl": RUN, "runs/x.jsonl": RUN,
+                       "solo": RUN})
+    listed = objects.listing("s3://both/run/")
+    assert listed.prefix and [o.url for _, _, o in listed.objects] == ["s3://both/run/run.jsonl"]
+    assert [o.url for _, _, o in objects.listing("s3://both/run").objects] == ["s3://both/run"]
+    with pytest.raises(LoadError, match=r"^s3://both/solo/: no such object, prefix or bucket"):
+        objects.listing("s3://both/solo/")
+
+
+@pytest.mark.slow
+def test_a_hidden_object_named_by_its_url_is_read(s3: S3, tmp_path: Path) -> None:
+    s3.bucket("hid", {".run.jsonl": RUN})
+    done = cli(s3, tmp_path, "inspect", "s3://hid/.run.jsonl")
+    assert done.returncode == 0, done.stderr
+    assert "  s3://hid/.run.jsonl  (native)" in done.stdout
+
+
 # -- http(s):// through a real HTTP server ---------------------------------------------------
 
 class Files(http.server.SimpleHTTPRequestHandler):
@@ -285,6 +295,22 @@ def test_an_http_url_is_served_and_shown_without_its_credentials(tmp_path: Path)
         with served(None, tmp_path, secret) as server:
             assert ask(server.url, "What is 2+2?") == ("4", f"{root}/run.jsonl:1")
     assert SECRET not in server.output
+
+
+@pytest.mark.slow
+def test_debug_logs_show_no_credential_of_a_url(tmp_path: Path) -> None:
+    pytest.importorskip("fsspec")
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "run.jsonl").write_bytes(RUN)
+    with http_files(tmp_path / "www") as root:
+        secret = root.replace("://", f"://user:{SECRET}@")
+        for name in ("run.jsonl", "gone.jsonl"):
+            done = subprocess.run([*CLI, "run", "--log-level", "debug", "--allow-unused",
+                                   f"{secret}/{name}?X-Amz-Signature={SECRET}", "--", "true"],
+                                  env=environ(None, tmp_path), capture_output=True, text=True,
+                                  timeout=120)
+            assert f"{root}/{name}" in done.stdout + done.stderr
+            assert SECRET not in done.stdout + done.stderr
 
 
 @pytest.mark.slow

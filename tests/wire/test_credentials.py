@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from replay_server.wire.credentials import key_like, query_without_keys, shown, without_keys
+from replay_server.wire.credentials import (
+    key_like,
+    query_without_keys,
+    scrubbed,
+    shown,
+    without_keys,
+)
 
 
 @pytest.mark.parametrize("name", [
@@ -41,3 +47,10 @@ def test_headers_and_queries_lose_only_their_keys() -> None:
 ])
 def test_a_url_is_shown_without_its_credentials(url: str, expected: str) -> None:
     assert shown(url) == expected
+
+
+def test_every_url_in_a_text_is_shown_without_its_credentials() -> None:
+    text = ("404, message='Not Found', url='http://u:pw@h:1/r.jsonl?X-Amz-Signature=s&a=1' "
+            "(via s3://k:pw@b/p) http://[broken?sig=s")
+    assert scrubbed(text) == ("404, message='Not Found', url='http://h:1/r.jsonl?a=1' "
+                              "(via s3://b/p) http://...")
