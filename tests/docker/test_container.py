@@ -307,8 +307,9 @@ def test_the_image_serves_data_on_port_8000_as_a_non_root_user(image: Image) -> 
     # the healthcheck needs Python only, no curl
     assert image.healthcheck[:2] == ["CMD", "python3"] and "urllib" in image.healthcheck[-1]
     assert not Path(image.rootfs, "usr/bin/curl").exists()
-    # a virtual environment (the dependencies and the tokens extra, ~106 MB), nothing else
-    assert image.added < 120e6
+    # a virtual environment (the dependencies and the tokens, state and objects extras,
+    # ~155 MB), nothing else
+    assert image.added < 170e6
     assert not Path(image.rootfs, "opt/replay-server/bin/pip").exists()
 
 
@@ -331,6 +332,26 @@ def test_the_image_reads_token_id_runs_with_a_tokenizer(image: Image, tmp_path: 
     counts = re.compile(r"model \S+: \d+ records, \d+ prompts.*")
     assert counts.findall(out) == counts.findall(host) != []
     assert "skipped" not in out
+
+
+def test_the_image_holds_the_state_and_objects_extras(image: Image, tmp_path: Path) -> None:
+    """What compose's `scale` profile and the Kubernetes manifests run: `--state` reaches
+    for its store (none listens here: the error is the store's, not a missing package),
+    and an s3:// URL is read through fsspec (none answers: the error names the URL)."""
+    argv = [*image.config["Entrypoint"], "serve", "/data", "--state", "redis://127.0.0.1:9/0"]
+    done = sh(*container(image, argv, top=tmp_path / "state", read_only=True,
+                         binds=[(str(ROOT / "examples"), "/data", True)]))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "cannot reach redis://127.0.0.1:9/0" in done.stderr and "pip install" not in \
+        done.stderr, done.stderr
+    argv = [*image.config["Entrypoint"], "inspect", "s3://bucket/run/"]
+    done = sh(*container(image, argv, top=tmp_path / "objects", read_only=True,
+                         env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+                              "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
+                              "AWS_MAX_ATTEMPTS": "1"}))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "s3://bucket/run/" in done.stderr and "pip install" not in done.stderr, \
+        done.stderr
 
 
 def test_health_replay_and_miss(server: Server) -> None:

@@ -74,10 +74,26 @@ def test_the_balancer_serves_its_config_over_the_replicas() -> None:
     assert int(slots.split("-")[1]) >= found["replicas"]["deploy"]["replicas"]
     assert balancer["depends_on"] == {"replicas": {"condition": "service_healthy"}}
     harness = found["scaled-harness"]
-    assert harness["environment"]["OPENAI_BASE_URL"] == f"http://balancer{bind}/v1"
     assert harness["depends_on"] == {"balancer": {"condition": "service_healthy"}}
-    for key in ("entrypoint", "volumes", "image"):
-        assert harness[key] == found["harness"][key], key
+    assert harness["image"] == found["harness"]["image"]
+
+
+def test_the_scaled_harness_runs_under_run_whose_verdict_covers_every_replica() -> None:
+    """`run RUN --state URL --server BALANCER -- HARNESS`: the harness goes through the
+    balancer, and run's exit status counts what every replica answered, on the run they
+    serve (the same /data) and the state they share (the same URL)."""
+    found = services()
+    harness, replica = found["scaled-harness"], found["replicas"]
+    [[_, bind]] = directives("bind")
+    command = harness["command"]
+    assert "entrypoint" not in harness  # (the image's: replay-server)
+    assert command[:2] == ["run", replica["command"][1]]
+    state = replica["command"][replica["command"].index("--state") + 1]
+    assert command[command.index("--state") + 1] == state
+    assert command[command.index("--server") + 1] == f"http://balancer{bind}"
+    assert command[command.index("--") + 1:] == found["harness"]["entrypoint"]
+    assert harness["volumes"] == [*replica["volumes"], *found["harness"]["volumes"]]
+    assert harness["environment"] == replica["environment"]
 
 
 def test_the_images_are_pinned_and_valkey_is_kubernetes_own() -> None:
