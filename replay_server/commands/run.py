@@ -79,7 +79,8 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool,
     `status_of`: what COMMAND's non-zero `code` means; `stopped`: run stopped COMMAND (a
     miss, --max-attempts, a signal), so requests the stop left without an answer do not
     fail the run again; `window`: a shared state's (requests in flight on a replica that
-    died are said, and fail the run only through what they left unused)."""
+    died are said, and fail the run only through what they left unused, or, under
+    `allow_unused`, by themselves)."""
     stats = replayer.stats
     if window is not None and window.failed is not None:
         return MISSED, (f"the shared state could not be read at the end, so what every "
@@ -87,7 +88,9 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool,
     if stats.failures:
         return MISSED, (f"{len(stats.failures)} distinct request(s) got no saved generation "
                         f"({stats.failed()} attempt(s)): failing")
-    gone = sum(window.gone.values()) if window is not None else 0  # (said by the report)
+    # Requests in flight on a dead replica fail the run only through the samples a client
+    # that never resent them leaves unused; under --allow-unused nothing would, so they do.
+    gone = sum(window.gone.values()) if window is not None and not allow_unused else 0
     no_answer = stats.in_flight() - gone + stats.undelivered
     if no_answer and not stopped:
         return MISSED, f"{no_answer} request(s) reached the server and got no answer: failing"
