@@ -23,8 +23,11 @@ JOURNAL_VERSION = 1
 
 def shape(index: Index) -> dict[str, Any]:
     """What makes two loaded runs the same run to the state: each model's name, records,
-    samples, prompts and unusable records, the key version, the journal's version."""
+    samples, prompts and unusable records, a digest of what they hold (`Index.content`:
+    two seeds of one model and benchmark share the rest), the key version, the journal's
+    version."""
     return {"key_version": keys.KEY_VERSION, "journal": JOURNAL_VERSION,
+            "content": index.content,
             "models": {name: [run.records, run.samples, len(run.entries),
                               run.unusable_records]
                        for name, run in sorted(index.models.items())}}

@@ -249,3 +249,22 @@ def test_without_the_redis_package_the_error_says_what_to_install(
     monkeypatch.setattr(shared_state, "redis", None)
     with pytest.raises(errors.LoadError, match=r"pip install 'replay-server\[state\]'"):
         shared(build(REPEATS), "redis://127.0.0.1:9/0", "redis://127.0.0.1:9/0")
+
+
+def test_two_runs_of_one_shape_never_meet_under_the_default_prefix(
+        store: redis_server.RedisServer) -> None:
+    """Two rescorings of one model, one benchmark, different generations (two seeds, two
+    checkpoints): the same names and counts, so the same shape. Under the default prefix
+    they must not share cursors or counts: each serves its own first sample first."""
+    first = build([chat_record("q", chat_response("1", "2"))])
+    second = build([chat_record("q", chat_response("a", "b"))])
+    with ExitStack() as stack:
+        found = []
+        for index in (first, second):
+            state = shared(index, store.url, store.url)
+            stack.callback(state.close)
+            found.append(Replayer(index, Rules(), state=state))
+        a, b = found
+        assert ask(a) == "1"
+        assert ask(b) == "a"
+        assert counted(a).answered == 1
