@@ -144,10 +144,11 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
     with upstream_of(opened, settings, say) as recorder:
         app = None if server is not None else \
             create_app(settings, opened.index, recorder, opened.tokenizer)
+        rules = Rules(settings.strict, settings.allow_ambiguous)
         replayer: Replayer = app.state.replayer if app is not None else Replayer(
-            opened.index, Rules(settings.strict, settings.allow_ambiguous), state=shared(
-                opened.index, str(settings.state), shown(str(settings.state)),
-                settings.state_prefix))
+            opened.index, rules, state=shared(opened.index, str(settings.state),
+                                              shown(str(settings.state)),
+                                              settings.state_prefix, rules))
         replayer.stats.whole_run = True  # the verdict is every pass's, resets or not
         if report_to is not None:
             replayer.stats.tracked = {}

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from ...errors import LoadError, StoreUnavailable
-from ...index.samples import Cursors
+from ...index.samples import Cursors, Rules
 from ..stats import Stats
 from . import Busy, Conflict, Places, State, journal, scripts
 from .cursors import View, pairs
@@ -62,7 +62,8 @@ class RedisState(State):
 
     shared = True
 
-    def __init__(self, stats: Stats, url: str, shown: str, prefix: str) -> None:
+    def __init__(self, stats: Stats, url: str, shown: str, prefix: str,
+                 rules: Rules) -> None:
         super().__init__(stats)
         self.shown, self.prefix = shown, prefix
         self.client = connect(url, shown)
@@ -78,7 +79,7 @@ class RedisState(State):
         self._read_id = b"0-0"  # the last journal entry folded into `stats`
         self._wake = threading.Event()
         self._closed = threading.Event()
-        self.replica = self._register(stats)
+        self.replica = self._register(journal.registered(stats.index, rules))
         self._thread = threading.Thread(target=self._background, daemon=True,
                                         name=f"replay-server state {self.replica}")
         self._thread.start()
@@ -90,16 +91,19 @@ class RedisState(State):
     def key(self, *parts: object) -> str:
         return ":".join((self.prefix, *map(str, parts)))
 
-    def _register(self, stats: Stats) -> int:
-        """This process's replica id, once the run's shape is the one under the prefix."""
-        mine = orjson.dumps(journal.shape(stats.index), option=orjson.OPT_SORT_KEYS)
+    def _register(self, registered: dict[str, Any]) -> int:
+        """This process's replica id, once the run's shape and rules (`registered`) are
+        the ones under the prefix."""
+        mine = orjson.dumps(registered, option=orjson.OPT_SORT_KEYS)
         try:
             self.client.set(self.key("shape"), mine, nx=True)
             theirs = self.client.get(self.key("shape"))
             if theirs != mine:
                 raise LoadError("--state", None, f"{self.shown} prefix {self.prefix!r} holds "
-                                f"another run ({theirs.decode()}); this one is "
-                                f"{mine.decode()}: use another --state-prefix")
+                                f"another run, or this one served by other rules (--strict, "
+                                f"--allow-ambiguous: other cursors) ({theirs.decode()}); "
+                                f"this one is {mine.decode()}: serve it as the others do, "
+                                "or use another --state-prefix")
             replica = int(self.client.incr(self.key("replicas")))
             self.client.hset(self.key("replica", replica), mapping={
                 "host": socket.gethostname(), "pid": os.getpid(), "started": time.time()})

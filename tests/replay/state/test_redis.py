@@ -268,3 +268,14 @@ def test_two_runs_of_one_shape_never_meet_under_the_default_prefix(
         assert ask(a) == "1"
         assert ask(b) == "a"
         assert counted(a).answered == 1
+
+
+def test_a_replica_serving_with_other_rules_is_refused(
+        store: redis_server.RedisServer) -> None:
+    """--strict keys its cursors by the sampling parameters too: a replica with it and one
+    without would each hand out the same saved samples. The second is refused at start."""
+    with replicas(store.url, REPEATS, n=1) as (a,):
+        assert ask(a) == "1"
+        index = build(REPEATS)
+        with pytest.raises(errors.LoadError, match="strict"):
+            shared(index, store.url, store.url, rules=Rules(strict=True)).close()
