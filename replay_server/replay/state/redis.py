@@ -68,10 +68,11 @@ class RedisState(State):
         self.shown, self.prefix = shown, prefix
         self.client = connect(url, shown)
         self.scripts = {name: self.client.register_script(getattr(scripts, name))
-                        for name in ("READ", "CLAIM", "COMMIT", "RELEASE", "RESET")}
+                        for name in ("READ", "CLAIM", "COMMIT", "RELEASE", "RESET", "REFRESH")}
         self.down: str | None = None  # why the store cannot be reached, while it cannot
         self.lost: str | None = None  # why the store no longer holds the state: for good
         self.holding = False  # (`run`'s hold on the prefix: `hold`)
+        self.lapsed: str | None = None  # why the hold is no longer this run's
         self._ops: list[tuple[str, list[Any]]] = []  # events and settles, to send
         self._lock = threading.Lock()  # (the list above)
         self._sending = threading.Lock()  # (one sender at a time: events stay in order)
@@ -261,13 +262,36 @@ class RedisState(State):
         self.holding = True
 
     def still_held(self) -> None:
-        """Raise StoreUnavailable unless the store still holds the state (`_lost_state`)."""
+        """Raise StoreUnavailable unless the store still holds the state (`_lost_state`),
+        and `run`'s hold is still this one's (`_refresh`)."""
         try:
             held = self.client.exists(self.key("shape"))
         except redis.RedisError as e:
             raise self._unavailable(e) from None
         if not held:
             raise self._lost_state()
+        self._refresh()
+        if self.lapsed is not None:
+            raise StoreUnavailable(self.lapsed)
+
+    def _refresh(self) -> None:
+        """Keep `run`'s hold while it is still this one's; once it lapsed (this process
+        stalled, or lost the store, for longer than LOCK_MS), never take it back: another
+        `run` may hold the prefix and have reset it, so this rescoring's requests are no
+        longer its own alone, and it fails (`still_held`)."""
+        if not self.holding:
+            return
+        try:
+            kept = self.scripts["REFRESH"](args=[self.prefix, self.replica, LOCK_MS])
+        except redis.RedisError as e:
+            raise self._unavailable(e) from None
+        if not kept:
+            self.holding = False  # (what the key holds now is not this run's to delete)
+            self.lapsed = (f"this `replay-server run`'s hold on the prefix {self.prefix!r} "
+                           f"lapsed (it stalled, or lost {self.shown}, for over "
+                           f"{LOCK_MS // 1000} s): another `replay-server run` may have "
+                           "reset the state and served its own rescoring meanwhile")
+            log.error("shared state: %s", self.lapsed)
 
     def alive(self, replica: int) -> bool:
         try:
@@ -357,10 +381,9 @@ class RedisState(State):
             if not self.client.exists(self.key("shape")):
                 self._lost_state()
             self.client.set(self.key("alive", self.replica), 1, px=HEARTBEAT_MS)
-            if self.holding:
-                self.client.set(self.key("run"), self.replica, px=LOCK_MS)
         except redis.RedisError as e:
             raise self._unavailable(e) from None
+        self._refresh()
 
 
 def _order(entry_id: bytes) -> tuple[int, int]:

@@ -279,3 +279,22 @@ def test_a_replica_serving_with_other_rules_is_refused(
         index = build(REPEATS)
         with pytest.raises(errors.LoadError, match="strict"):
             shared(index, store.url, store.url, rules=Rules(strict=True)).close()
+
+
+def test_a_run_whose_hold_lapsed_neither_takes_it_back_nor_passes(
+        store: redis_server.RedisServer) -> None:
+    """`run`'s hold lapsed (it stalled, or lost the store, for longer than LOCK_MS) and
+    another `run` took the prefix and reset it: the first one's refresh must not take
+    the hold back (two rescorings would share cursors and verdicts), and it cannot vouch
+    for its own rescoring any more."""
+    with replicas(store.url, REPEATS) as (a, b):
+        first, second = a.state, b.state
+        assert isinstance(first, RedisState) and isinstance(second, RedisState)
+        first.hold()
+        with redis.Redis.from_url(store.url) as client:
+            client.delete(first.key("run"))  # (what its expiry does)
+            second.hold()
+            first._beat()
+            assert client.get(first.key("run")) == str(second.replica).encode()
+        with pytest.raises(errors.StoreUnavailable, match="another `replay-server run`"):
+            first.still_held()
