@@ -161,8 +161,9 @@ class Stats:
         if kind == "stopped":
             self.stopped.add(replica)
             return None
+        count = _APPLY[kind]  # (KeyError, before anything is counted: no such event)
         self.open[replica] -= 1  # (every other event is a request's outcome)
-        return _APPLY[kind](self, event)
+        return count(self, event)
 
     def _delivered(self, event: dict[str, Any]) -> None:
         model, endpoint = event["model"], event["endpoint"]

@@ -232,14 +232,17 @@ class RedisState(State):
             block_ms = None
 
     def _apply(self, entry_id: bytes, data: bytes) -> None:
+        """Count one entry; one that cannot be counted (another version's, another
+        tool's, damaged) may have been a miss, so it is a failure (`run` fails), not a
+        gap in the counts."""
         try:
-            event = journal.decode(data, self.stats.index)
-        except (ValueError, KeyError, IndexError, TypeError) as e:
-            log.error("shared state %s: journal entry %s cannot be counted (%s: %s): is "
-                      "another run under the prefix %s?", self.shown, entry_id.decode(),
-                      type(e).__name__, e, self.prefix)
+            self.stats.apply(journal.decode(data, self.stats.index))
             return
-        self.stats.apply(event)
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            why = (f"journal entry {entry_id.decode()} cannot be counted ({type(e).__name__}: "
+                   f"{e}): is another program writing under the prefix {self.prefix}?")
+        log.error("shared state %s: %s", self.shown, why)
+        self.stats.error(None, "-", 500, "replay_state_lost", why, {}, time.time())
 
     def start_at(self, entry_id: bytes) -> None:
         """Fold from the entry after `entry_id` on (`run`: from its reset)."""

@@ -298,3 +298,24 @@ def test_a_run_whose_hold_lapsed_neither_takes_it_back_nor_passes(
             assert client.get(first.key("run")) == str(second.replica).encode()
         with pytest.raises(errors.StoreUnavailable, match="another `replay-server run`"):
             first.still_held()
+
+
+@pytest.mark.parametrize("entry", [b"{not json", orjson.dumps({"kind": "new", "replica": 9})])
+def test_a_journal_entry_that_cannot_be_counted_fails_the_verdict(
+        store: redis_server.RedisServer, entry: bytes,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An entry no reader can count (another version's, another tool's, damaged) may be a
+    miss: skipped with a log line, `run` would pass without it. It is a failure, said
+    once; the entries after it are counted as usual."""
+    with replicas(store.url, REPEATS, n=1) as (a,):
+        state = a.state
+        assert isinstance(state, RedisState)
+        with redis.Redis.from_url(store.url) as client:
+            client.xadd(state.key("journal"), {"e": entry})
+        assert ask(a) == "1"
+        stats = counted(a)
+        (failure,) = stats.failures.values()
+        assert failure.first["code"] == "replay_state_lost"
+        assert stats.answered == 1
+        assert any(r.levelno == logging.ERROR and "cannot be counted" in r.getMessage()
+                   for r in caplog.records)
