@@ -174,6 +174,11 @@ class RedisState(State):
         return view.epoch
 
     def commit(self, places: Places, epoch: int, event: dict[str, Any]) -> None:
+        """Taken, with the answer's event; which places it took in which epoch go along,
+        so that every reader finds a place delivered twice in one pass (`Stats.taken`):
+        what a store that lost its last writes (an asynchronous failover) would do."""
+        if places:
+            event = {**event, "epoch": epoch, "places": pairs(places)}
         self._queue("COMMIT" if places else "event", event, epoch, places)
 
     def give_back(self, places: Places, epoch: int, event: dict[str, Any]) -> None:
