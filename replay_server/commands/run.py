@@ -79,7 +79,8 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool,
     `status_of`: what COMMAND's non-zero `code` means; `stopped`: run stopped COMMAND (a
     miss, --max-attempts, a signal), so requests the stop left without an answer do not
     fail the run again; `window`: a shared state's (requests in flight on a replica that
-    died are said, and fail the run only through what they left unused)."""
+    died are said, and fail the run only through what they left unused, or, under
+    `allow_unused`, by themselves)."""
     stats = replayer.stats
     if window is not None and window.failed is not None:
         return MISSED, (f"the shared state could not be read at the end, so what every "
@@ -87,7 +88,9 @@ def verdict(replayer: Replayer, code: int, allow_unused: bool,
     if stats.failures:
         return MISSED, (f"{len(stats.failures)} distinct request(s) got no saved generation "
                         f"({stats.failed()} attempt(s)): failing")
-    gone = sum(window.gone.values()) if window is not None else 0  # (said by the report)
+    # Requests in flight on a dead replica fail the run only through the samples a client
+    # that never resent them leaves unused; under --allow-unused nothing would, so they do.
+    gone = sum(window.gone.values()) if window is not None and not allow_unused else 0
     no_answer = stats.in_flight() - gone + stats.undelivered
     if no_answer and not stopped:
         return MISSED, f"{no_answer} request(s) reached the server and got no answer: failing"
@@ -141,10 +144,11 @@ def run_command(paths: Sequence[str | Path], settings: Settings, command: Sequen
     with upstream_of(opened, settings, say) as recorder:
         app = None if server is not None else \
             create_app(settings, opened.index, recorder, opened.tokenizer)
+        rules = Rules(settings.strict, settings.allow_ambiguous)
         replayer: Replayer = app.state.replayer if app is not None else Replayer(
-            opened.index, Rules(settings.strict, settings.allow_ambiguous), state=shared(
-                opened.index, str(settings.state), shown(str(settings.state)),
-                settings.state_prefix))
+            opened.index, rules, state=shared(opened.index, str(settings.state),
+                                              shown(str(settings.state)),
+                                              settings.state_prefix, rules))
         replayer.stats.whole_run = True  # the verdict is every pass's, resets or not
         if report_to is not None:
             replayer.stats.tracked = {}

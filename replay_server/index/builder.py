@@ -251,7 +251,9 @@ class Builder:
             for key, value in run.entries.items():
                 if isinstance(value, Entry):
                     run.entries[key] = settle(value)
-        return Index(self._models, aliases, catalogs)
+        index = Index(self._models, aliases, catalogs)
+        index.bodies = self._bodies
+        return index
 
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})

@@ -97,7 +97,8 @@ def write(loaded: Loaded, out: Path) -> int:
                       if needs_cursor(v))
         meta = {"format": FORMAT, "version": str(VERSION), "key_version": str(keys.KEY_VERSION),
                 "built": str(time.time()), **sources.record(loaded.plan),
-                "cursor_prompts": str(cursors), "tokenizer": _tokenizer_meta(loaded.index)}
+                "cursor_prompts": str(cursors), "tokenizer": _tokenizer_meta(loaded.index),
+                "content": loaded.index.content}
         meta["seal"] = _start_seal(meta, *_start_rows(db))
         db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
         db.commit()
@@ -268,6 +269,7 @@ class StoredIndex(Index):
         self.ranges = {(model_id, kind): (first, last)
                        for model_id, kind, first, last in range_rows}
         super().__init__(models, aliases)
+        self._content = meta.get("content", "")  # (an older file: not known)
 
     def saved_response(self, model: str, response_id: str) -> SavedResponse | None:
         row = self.pages.row("SELECT previous, v FROM responses WHERE k = ?", (

@@ -21,6 +21,7 @@ Each model also keeps a catalog of its saved prompts for miss diagnostics (`cata
 
 from __future__ import annotations
 
+import hashlib
 import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -202,6 +203,15 @@ class SavedResponse:
 Selection = list[tuple[Exchange, int | None]]
 
 
+def content_digest(bodies: Bodies, models: dict[str, ModelRun]) -> str:
+    """A digest of every saved answer and every model's prompt keys: what a shared state
+    needs to tell one run from another of the same names and counts (its prefix)."""
+    digest = hashlib.blake2b(bodies.buffer, digest_size=16)
+    for name in sorted(models):
+        digest.update(name.encode() + b"\0" + b"".join(sorted(models[name].entries)))
+    return digest.hexdigest()
+
+
 class Index:
     """The saved runs a server answers from: model name -> ModelRun, the `--model-alias`
     map, and each model's prompt catalogs (one per endpoint kind). Immutable once built
@@ -214,6 +224,8 @@ class Index:
         self.models = models
         self.aliases = dict(aliases or {})
         self.catalogs = catalogs or {}
+        self.bodies: Bodies | None = None  # (the builder's: what `content` digests)
+        self._content: str | None = None
         for client, saved in self.aliases.items():
             if saved not in models:
                 raise ValueError(f"--model-alias {client}={saved}: no saved run has model "
@@ -221,6 +233,16 @@ class Index:
             if client in models and client != saved:
                 raise ValueError(f"--model-alias {client}={saved}: `{client}` is a saved model "
                                  "itself; an alias never shadows a served model's own name")
+
+    @property
+    def content(self) -> str:
+        """What the saved runs hold (`content_digest`), made the first time it is asked
+        (a shared state's shape: two runs of one model and benchmark, two seeds, are told
+        apart by it; nothing else pays for it); "" where it is not known."""
+        if self._content is None:
+            self._content = "" if self.bodies is None else \
+                content_digest(self.bodies, self.models)
+        return self._content
 
     def select(self, model: str | None) -> ModelRun:
         """The saved run a request's `model` selects: the model of that name, else the one

@@ -147,6 +147,9 @@ class Stats:
         # and not yet given an outcome; and the replicas that stopped cleanly.
         self.open: Counter[int] = Counter()
         self.stopped: set[int] = set()
+        # (`--state`) each cursor's place delivered, by epoch: one delivered twice in one
+        # pass was served twice (a store that lost its last writes)
+        self.taken: set[tuple[int, str, int]] = set()
 
     def apply(self, event: dict[str, Any]) -> Any:
         """Count one event (see the module docstring): the one way anything is counted.
@@ -161,14 +164,24 @@ class Stats:
         if kind == "stopped":
             self.stopped.add(replica)
             return None
+        count = _APPLY[kind]  # (KeyError, before anything is counted: no such event)
         self.open[replica] -= 1  # (every other event is a request's outcome)
-        return _APPLY[kind](self, event)
+        return count(self, event)
 
     def _delivered(self, event: dict[str, Any]) -> None:
         model, endpoint = event["model"], event["endpoint"]
         for entry, selection in event["chosen"]:
             self.hit(model, entry, selection)
         self.answered += 1
+        places = event.get("places", ())  # (a shared state's: cursor, place, ...)
+        for cursor, place in zip(places[::2], places[1::2], strict=True):
+            if (event["epoch"], cursor, place) in self.taken:
+                self.error(model, endpoint, 500, "replay_state_lost", (
+                    f"a saved sample was delivered twice in one pass (place {place} of "
+                    f"cursor {cursor}): the shared state lost writes it had acknowledged "
+                    "(a failover, or an append-only file not yet synced?)"), {},
+                    time.time())
+            self.taken.add((event["epoch"], cursor, place))
         if self.tracked is not None:
             for key, selection in zip(event["keys"], event["sent"], strict=True):
                 self.served(model, endpoint, key, selection[0][0].where)

@@ -209,9 +209,10 @@ def create_app(settings: Settings, index: Index, recorder: Recorder | None = Non
     the caller (`saved.loader.tokenizer_of`), computes tokenizer calls. With --state, the
     app is a replica of the shared state from here on (its lifespan's end says it
     stopped)."""
-    state = shared(index, settings.state, shown(settings.state), settings.state_prefix) \
-        if settings.state is not None else None
-    replayer = Replayer(index, Rules(settings.strict, settings.allow_ambiguous), tokenizer,
+    rules = Rules(settings.strict, settings.allow_ambiguous)
+    state = shared(index, settings.state, shown(settings.state), settings.state_prefix,
+                   rules) if settings.state is not None else None
+    replayer = Replayer(index, rules, tokenizer,
                         settings.upstream_patterns() if recorder is not None else None,
                         state)
     upstream = Upstream(recorder, replayer) if recorder is not None else None

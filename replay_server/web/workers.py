@@ -34,6 +34,7 @@ import uvicorn
 from ..errors import LoadError
 from ..index.file import StoredIndex
 from ..index.index import Index
+from ..index.samples import Rules
 from ..replay.state import shared
 from ..saved.loader import tokenizer_of
 from ..settings import Settings
@@ -57,7 +58,8 @@ def check(index: Index, settings: Settings) -> None:
                         "process, so serve this run with --workers 1, or share it between "
                         "workers with --state redis://...")
     if settings.state is not None:  # (each worker will be a replica of its own)
-        shared(index, settings.state, shown(settings.state), settings.state_prefix).close()
+        shared(index, settings.state, shown(settings.state), settings.state_prefix,
+               Rules(settings.strict, settings.allow_ambiguous)).close()
 
 
 def run(paths: Sequence[str | Path], settings: Settings, sock: socket.socket) -> None:

@@ -221,3 +221,18 @@ def test_run_s_own_server_joins_the_shared_state(
         timeout=120, env=env)
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.split()) == ["1", "2", "3", "4", "5", "g"]
+
+
+def test_a_request_lost_with_its_replica_fails_the_run_under_allow_unused(
+        saved: Path, store: redis_server.RedisServer, replicas: list[Spawned]) -> None:
+    """A request in flight on a replica that died is excused only because a client that
+    did not resend it leaves its sample unused (exit 4); under --allow-unused nothing
+    would catch that, and the run would pass with an item that got no answer."""
+    env = {**os.environ, "OTHER_URL": replicas[1].url, "OTHER_PID": str(replicas[1].proc.pid)}
+    never_resent = DIES.replace('["q"] * 5 + ["greedy"]', '["q"] * 5')
+    result = subprocess.run(
+        [*CLI, "run", str(saved), "--state", store.url, "--state-prefix", PREFIX,
+         "--server", replicas[0].base, "--allow-unused", "--", sys.executable, "-c",
+         never_resent], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert re.search(r"1 request\(s\) in flight on replica \d+ when it died", result.stderr)
+    assert result.returncode == 3, result.stderr

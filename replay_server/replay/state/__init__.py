@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...index.index import Index
-from ...index.samples import Cursors
+from ...index.samples import Cursors, Rules
 from ..stats import Stats
 
 Places = list[tuple[Any, int]]  # (cursor key, place) of each sample a request takes
@@ -107,13 +107,16 @@ class State:
         """Stop for good (a shared state says so to the others)."""
 
 
-def shared(index: Index, url: str, shown: str, prefix: str | None = None) -> State:
+def shared(index: Index, url: str, shown: str, prefix: str | None = None,
+           rules: Rules | None = None) -> State:
     """The state kept in Redis or Valkey at `url` (`shown`: the URL without credentials,
     as errors name it), under `prefix` (default: `replay-server:` and a digest of the
-    run's shape): this process a replica of its own. LoadError when the store cannot be
-    reached, lacks the package, or holds another run under the prefix."""
+    run's shape), for a replica choosing samples by `rules` (default: neither --strict
+    nor --allow-ambiguous): this process a replica of its own. LoadError when the store
+    cannot be reached, lacks the package, or holds another run, or this one served by
+    other rules, under the prefix."""
     from .journal import shape_digest
     from .redis import RedisState  # (only with --state: the `state` extra)
 
     return RedisState(Stats(index), url, shown,
-                      prefix or f"replay-server:{shape_digest(index)}")
+                      prefix or f"replay-server:{shape_digest(index)}", rules or Rules())

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from ...index.index import Entry, Exchange, Index, Selection, entry_of
+from ...index.samples import Rules
 from ...wire import keys
 
 # What this module writes; a reader of another version refuses to share the store.
@@ -23,11 +24,22 @@ JOURNAL_VERSION = 1
 
 def shape(index: Index) -> dict[str, Any]:
     """What makes two loaded runs the same run to the state: each model's name, records,
-    samples, prompts and unusable records, the key version, the journal's version."""
+    samples, prompts and unusable records, a digest of what they hold (`Index.content`:
+    two seeds of one model and benchmark share the rest), the key version, the journal's
+    version."""
     return {"key_version": keys.KEY_VERSION, "journal": JOURNAL_VERSION,
+            "content": index.content,
             "models": {name: [run.records, run.samples, len(run.entries),
                               run.unusable_records]
                        for name, run in sorted(index.models.items())}}
+
+
+def registered(index: Index, rules: Rules) -> dict[str, Any]:
+    """What every replica under one prefix must share: the run's shape, and the rules
+    that name its cursors (--strict keys them by the sampling parameters too: a replica
+    with it and one without would each hand out the same samples)."""
+    return {**shape(index), "rules": {"strict": rules.strict,
+                                      "allow_ambiguous": rules.allow_ambiguous}}
 
 
 def shape_digest(index: Index) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from ...errors import LoadError, StoreUnavailable
-from ...index.samples import Cursors
+from ...index.samples import Cursors, Rules
 from ..stats import Stats
 from . import Busy, Conflict, Places, State, journal, scripts
 from .cursors import View, pairs
@@ -62,15 +62,17 @@ class RedisState(State):
 
     shared = True
 
-    def __init__(self, stats: Stats, url: str, shown: str, prefix: str) -> None:
+    def __init__(self, stats: Stats, url: str, shown: str, prefix: str,
+                 rules: Rules) -> None:
         super().__init__(stats)
         self.shown, self.prefix = shown, prefix
         self.client = connect(url, shown)
         self.scripts = {name: self.client.register_script(getattr(scripts, name))
-                        for name in ("READ", "CLAIM", "COMMIT", "RELEASE", "RESET")}
+                        for name in ("READ", "CLAIM", "COMMIT", "RELEASE", "RESET", "REFRESH")}
         self.down: str | None = None  # why the store cannot be reached, while it cannot
         self.lost: str | None = None  # why the store no longer holds the state: for good
         self.holding = False  # (`run`'s hold on the prefix: `hold`)
+        self.lapsed: str | None = None  # why the hold is no longer this run's
         self._ops: list[tuple[str, list[Any]]] = []  # events and settles, to send
         self._lock = threading.Lock()  # (the list above)
         self._sending = threading.Lock()  # (one sender at a time: events stay in order)
@@ -78,7 +80,7 @@ class RedisState(State):
         self._read_id = b"0-0"  # the last journal entry folded into `stats`
         self._wake = threading.Event()
         self._closed = threading.Event()
-        self.replica = self._register(stats)
+        self.replica = self._register(journal.registered(stats.index, rules))
         self._thread = threading.Thread(target=self._background, daemon=True,
                                         name=f"replay-server state {self.replica}")
         self._thread.start()
@@ -90,16 +92,19 @@ class RedisState(State):
     def key(self, *parts: object) -> str:
         return ":".join((self.prefix, *map(str, parts)))
 
-    def _register(self, stats: Stats) -> int:
-        """This process's replica id, once the run's shape is the one under the prefix."""
-        mine = orjson.dumps(journal.shape(stats.index), option=orjson.OPT_SORT_KEYS)
+    def _register(self, registered: dict[str, Any]) -> int:
+        """This process's replica id, once the run's shape and rules (`registered`) are
+        the ones under the prefix."""
+        mine = orjson.dumps(registered, option=orjson.OPT_SORT_KEYS)
         try:
             self.client.set(self.key("shape"), mine, nx=True)
             theirs = self.client.get(self.key("shape"))
             if theirs != mine:
                 raise LoadError("--state", None, f"{self.shown} prefix {self.prefix!r} holds "
-                                f"another run ({theirs.decode()}); this one is "
-                                f"{mine.decode()}: use another --state-prefix")
+                                f"another run, or this one served by other rules (--strict, "
+                                f"--allow-ambiguous: other cursors) ({theirs.decode()}); "
+                                f"this one is {mine.decode()}: serve it as the others do, "
+                                "or use another --state-prefix")
             replica = int(self.client.incr(self.key("replicas")))
             self.client.hset(self.key("replica", replica), mapping={
                 "host": socket.gethostname(), "pid": os.getpid(), "started": time.time()})
@@ -169,6 +174,11 @@ class RedisState(State):
         return view.epoch
 
     def commit(self, places: Places, epoch: int, event: dict[str, Any]) -> None:
+        """Taken, with the answer's event; which places it took in which epoch go along,
+        so that every reader finds a place delivered twice in one pass (`Stats.taken`):
+        what a store that lost its last writes (an asynchronous failover) would do."""
+        if places:
+            event = {**event, "epoch": epoch, "places": pairs(places)}
         self._queue("COMMIT" if places else "event", event, epoch, places)
 
     def give_back(self, places: Places, epoch: int, event: dict[str, Any]) -> None:
@@ -227,14 +237,17 @@ class RedisState(State):
             block_ms = None
 
     def _apply(self, entry_id: bytes, data: bytes) -> None:
+        """Count one entry; one that cannot be counted (another version's, another
+        tool's, damaged) may have been a miss, so it is a failure (`run` fails), not a
+        gap in the counts."""
         try:
-            event = journal.decode(data, self.stats.index)
-        except (ValueError, KeyError, IndexError, TypeError) as e:
-            log.error("shared state %s: journal entry %s cannot be counted (%s: %s): is "
-                      "another run under the prefix %s?", self.shown, entry_id.decode(),
-                      type(e).__name__, e, self.prefix)
+            self.stats.apply(journal.decode(data, self.stats.index))
             return
-        self.stats.apply(event)
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            why = (f"journal entry {entry_id.decode()} cannot be counted ({type(e).__name__}: "
+                   f"{e}): is another program writing under the prefix {self.prefix}?")
+        log.error("shared state %s: %s", self.shown, why)
+        self.stats.error(None, "-", 500, "replay_state_lost", why, {}, time.time())
 
     def start_at(self, entry_id: bytes) -> None:
         """Fold from the entry after `entry_id` on (`run`: from its reset)."""
@@ -257,13 +270,36 @@ class RedisState(State):
         self.holding = True
 
     def still_held(self) -> None:
-        """Raise StoreUnavailable unless the store still holds the state (`_lost_state`)."""
+        """Raise StoreUnavailable unless the store still holds the state (`_lost_state`),
+        and `run`'s hold is still this one's (`_refresh`)."""
         try:
             held = self.client.exists(self.key("shape"))
         except redis.RedisError as e:
             raise self._unavailable(e) from None
         if not held:
             raise self._lost_state()
+        self._refresh()
+        if self.lapsed is not None:
+            raise StoreUnavailable(self.lapsed)
+
+    def _refresh(self) -> None:
+        """Keep `run`'s hold while it is still this one's; once it lapsed (this process
+        stalled, or lost the store, for longer than LOCK_MS), never take it back: another
+        `run` may hold the prefix and have reset it, so this rescoring's requests are no
+        longer its own alone, and it fails (`still_held`)."""
+        if not self.holding:
+            return
+        try:
+            kept = self.scripts["REFRESH"](args=[self.prefix, self.replica, LOCK_MS])
+        except redis.RedisError as e:
+            raise self._unavailable(e) from None
+        if not kept:
+            self.holding = False  # (what the key holds now is not this run's to delete)
+            self.lapsed = (f"this `replay-server run`'s hold on the prefix {self.prefix!r} "
+                           f"lapsed (it stalled, or lost {self.shown}, for over "
+                           f"{LOCK_MS // 1000} s): another `replay-server run` may have "
+                           "reset the state and served its own rescoring meanwhile")
+            log.error("shared state: %s", self.lapsed)
 
     def alive(self, replica: int) -> bool:
         try:
@@ -353,10 +389,9 @@ class RedisState(State):
             if not self.client.exists(self.key("shape")):
                 self._lost_state()
             self.client.set(self.key("alive", self.replica), 1, px=HEARTBEAT_MS)
-            if self.holding:
-                self.client.set(self.key("run"), self.replica, px=LOCK_MS)
         except redis.RedisError as e:
             raise self._unavailable(e) from None
+        self._refresh()
 
 
 def _order(entry_id: bytes) -> tuple[int, int]:

@@ -107,6 +107,14 @@ redis.call('XADD', prefix .. ':journal', '*', 'e', ARGV[4])
 return 0
 """
 
+# ARGV: prefix, replica, ms -> 1: `run`'s hold is still this replica's (kept ms more);
+# 0: it lapsed, and is another's or none's (never taken back: two rescorings would mix)
+REFRESH = """
+if redis.call('GET', ARGV[1] .. ':run') ~= ARGV[2] then return 0 end
+redis.call('PEXPIRE', ARGV[1] .. ':run', ARGV[3])
+return 1
+"""
+
 # ARGV: prefix, event -> the stream id of the reset: a new epoch, every cursor free
 RESET = """
 redis.call('INCR', ARGV[1] .. ':epoch')
