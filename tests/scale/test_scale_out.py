@@ -129,10 +129,11 @@ def assert_saved_order(out: Path) -> None:
         assert row["texts"] == row["expected"], row["source"]
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 def test_olmo_eval_samples_asked_one_per_call_come_back_in_saved_order(
-        parts: Parts) -> None:
-    out = parts.tmp / "olmo.jsonl"
-    with parts.fleet(parts.olmo) as fleet:
+        parts: Parts, workers: str) -> None:
+    out = parts.tmp / f"olmo-workers{workers}.jsonl"
+    with parts.fleet(parts.olmo, "--workers", workers) as fleet:
         ran = one_sample_calls(parts, fleet, out)
         spread = answered_by(fleet)
     assert ran.code == 0, ran.output[-3000:]
