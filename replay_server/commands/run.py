@@ -69,7 +69,7 @@ from .command import MAX_ATTEMPTS, Command, on_refusal, stopped_by_signals
 from .exits import DONE, MISSED, NO_REQUESTS, UNUSED, UPSTREAM_FAILED
 from .report import report, write_report
 from .serve import open_run, upstream_of
-from .window import Window
+from .window import Window, check_server
 
 
 def verdict(replayer: Replayer, code: int, allow_unused: bool,
@@ -224,6 +224,8 @@ def _serve_command(replayer: Replayer, app: Any, server: str | None, settings: S
                 say(f"replay-server run: killing what is left of COMMAND at once ({why} "
                     "while stopping it)")
 
+        if server is not None and window is not None:
+            check_server(base_url, settings.api_key, window.state.prefix)
         replayer.stats.on_error = on_refusal(stop, *stops)
         replayer.stats.tokenizer_errors_fail = settings.strict  # they fail the run then
         if window is not None:

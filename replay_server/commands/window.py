@@ -15,13 +15,17 @@ import threading
 import time
 from collections.abc import Callable
 
+import httpx
+
 from ..errors import StoreUnavailable
 from ..replay.replayer import Replayer
 from ..replay.state.redis import RedisState
+from ..wire.credentials import shown
 
 SETTLE_S = 0.2  # how long the replicas' last events have to arrive after COMMAND ended
 WAIT_S = 5.0  # how long requests still open on a live replica are waited for
 FOLD_MS = 200  # how long the folding thread waits for an event before it looks again
+PROBES = 9  # status requests sent through --server: each replica of a round robin of 9
 
 
 class Window:
@@ -86,3 +90,30 @@ class Window:
                 self.state.fold(block_ms=FOLD_MS)
             except StoreUnavailable:
                 self._done.wait(0.5)  # (the end's fold says it, if it still cannot)
+
+
+def check_server(base_url: str, api_key: str | None, prefix: str) -> None:
+    """Refuse (ValueError: exit 2, before COMMAND runs) a --server whose replicas do not
+    all keep their state under `prefix`: a replica of another run's shape, of another
+    --state-prefix, or without --state would answer requests whose misses this `run` never
+    sees. Asks `/replay/status` through it `PROBES` times (a balancer's round robin shows
+    each replica in turn)."""
+    root = base_url.removesuffix("/v1")
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    with httpx.Client(timeout=10, headers=headers) as client:
+        for _ in range(PROBES):
+            try:
+                answer = client.get(f"{root}/replay/status")
+                answer.raise_for_status()
+                state = answer.json().get("state")
+            except (httpx.HTTPError, ValueError, AttributeError) as e:
+                raise ValueError(f"--server {shown(base_url)}: no replay-server status "
+                                 f"there ({type(e).__name__}: {e})") from None
+            theirs = state.get("prefix") if isinstance(state, dict) else None
+            if theirs != prefix:
+                said = theirs if theirs is not None else "no shared state (no --state)"
+                raise ValueError(
+                    f"--server {shown(base_url)}: a replica there answers from {said}, not "
+                    f"{prefix}: its requests would not count in this run's verdict. Serve "
+                    "the same run with the same --state and --state-prefix on every "
+                    "replica, and give run the same")

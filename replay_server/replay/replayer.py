@@ -475,4 +475,5 @@ class Replayer:
                 "tokenizer": {k: stats.tokenizer[k]
                               for k in ("recorded", "computed", "unanswered")},
                 "aliases": self.index.aliases,
-                "forwarded": {name: dict(c) for name, c in stats.forwarded.items()}}
+                "forwarded": {name: dict(c) for name, c in stats.forwarded.items()},
+                "state": self.state.about()}

@@ -130,6 +130,26 @@ def test_a_second_run_on_the_same_prefix_is_refused(
     assert "another `replay-server run` (replica 99) is rescoring this run" in result.stderr
 
 
+@pytest.mark.parametrize("options", [["--state-prefix", "replay-server:another"], []])
+def test_run_refuses_a_server_whose_replicas_share_another_state_or_none(
+        saved: Path, store: redis_server.RedisServer, tmp_path: Path,
+        options: list[str]) -> None:
+    """Behind --server, a replica that keeps its state under another prefix (another run's
+    shape, another --state-prefix) or in its own process would answer requests whose
+    misses `run` never sees: refused before COMMAND runs (exit 2), naming both."""
+    state = ["--state", store.url, *options] if options else []
+    marker = tmp_path / "ran"
+    with spawn("serve", str(saved), *state) as elsewhere:
+        result = subprocess.run(
+            [*CLI, "run", str(saved), "--state", store.url, "--state-prefix", PREFIX,
+             "--server", elsewhere.base, "--", "touch", str(marker)],
+            capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert not marker.exists()
+    said = "replay-server:another" if options else "no shared state (no --state)"
+    assert f"answers from {said}, not {PREFIX}" in result.stderr, result.stderr
+
+
 def test_server_without_state_is_a_usage_error(saved: Path) -> None:
     result = subprocess.run([*CLI, "run", str(saved), "--server", "http://127.0.0.1:9",
                              "--", "true"], capture_output=True, text=True, cwd=ROOT,

@@ -54,6 +54,10 @@ class State:
         """What `choose` reads for one request."""
         return self.taken
 
+    def about(self) -> dict[str, Any] | None:
+        """Where the state is shared, for `/replay/status` (None: in this process)."""
+        return None
+
     def busy(self, view: Cursors) -> Busy | None:
         """Whether `view` saw samples promised to answers still on their way (never here:
         a sample is taken at once)."""

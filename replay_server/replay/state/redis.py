@@ -85,6 +85,9 @@ class RedisState(State):
                                         name=f"replay-server state {self.replica}")
         self._thread.start()
 
+    def about(self) -> dict[str, Any] | None:
+        return {"store": self.shown, "prefix": self.prefix, "replica": self.replica}
+
     def where(self) -> str:
         return (f"{self.shown} under the prefix {self.prefix} (this process: replica "
                 f"{self.replica})")
