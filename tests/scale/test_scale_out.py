@@ -95,8 +95,9 @@ def original_lm_eval() -> lm_eval_runs.Scores:
 
 
 def answered_by(fleet: Fleet) -> set[str]:
-    """The replicas the balancer sent requests to (its log: one line a request)."""
-    return {word.split("/")[1] for line in fleet.balancer.lines()
+    """The replicas the balancer sent generation requests to (its log: one line a
+    request; `run`'s status probes are GETs)."""
+    return {word.split("/")[1] for line in fleet.balancer.lines() if '"POST ' in line
             for word in line.split() if word.startswith("replicas/")}
 
 
