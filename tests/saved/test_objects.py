@@ -22,8 +22,9 @@ import orjson
 import pytest
 
 from replay_server import errors
-from replay_server.errors import LoadError, show_as, shown_file
+from replay_server.errors import LoadError, show_as, shown_file, where_of
 from replay_server.saved import objects
+from replay_server.saved.formats.base import LoadContext
 from tests.parts.s3 import S3, SECRET, reading, s3_server
 from tests.support import CLI, MODEL, chat_response, free_port, spawn
 
@@ -104,6 +105,19 @@ def test_a_cached_copy_is_named_by_its_url_in_errors(monkeypatch: pytest.MonkeyP
     show_as(view, "s3://bucket/prefix")
     assert str(LoadError(f"{view}/run.jsonl", 17, "bad")) == "s3://bucket/prefix/run.jsonl:17: bad"
     assert shown_file(f"{view}2/run.jsonl") == f"{view}2/run.jsonl"  # not under it
+
+
+def test_a_skipped_row_of_a_cached_copy_is_named_by_its_url(monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    """`index s3://runs/lm_eval/` said "skipped 6 row(s) ... (e.g. ~/.cache/.../views/...)":
+    the cached copy, which the user never gave and cannot look at."""
+    monkeypatch.setattr(errors, "_SHOWN", {})
+    view = str(tmp_path / "view")
+    show_as(view, "s3://bucket/prefix")
+    ctx = LoadContext()
+    ctx.skip("row repeats a doc", where_of(f"{view}/samples.jsonl", 7, "task:0"))
+    assert ctx.skipped_examples == {
+        "row repeats a doc": ["s3://bucket/prefix/samples.jsonl:7 (task:0)"]}
 
 
 # -- s3:// through a real moto server ----------------------------------------------------
