@@ -203,6 +203,29 @@ def test_a_missing_object_or_bucket_is_exit_2_naming_the_url(
 
 
 @pytest.mark.slow
+def test_no_credentials_or_no_endpoint_says_which_variables_to_set(
+        s3: S3, tmp_path: Path) -> None:
+    """The two mistakes of a first `index s3://...` against MinIO or moto: botocore's own
+    words ("Unable to locate credentials", "Could not connect to the endpoint URL") do
+    not say what replay-server reads."""
+    s3.bucket("hints", {"run.jsonl": RUN})
+    bare = {name: value for name, value in environ(s3, tmp_path).items()
+            if not name.startswith("AWS_")}
+    nowhere = {"AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+               "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_EC2_METADATA_DISABLED": "true"}
+    closed = f"http://127.0.0.1:{free_port()}"
+    for env, said in ((s3.env | {"AWS_ACCESS_KEY_ID": ""}, "NoCredentialsError"),
+                      (s3.env | {"AWS_ENDPOINT_URL": closed}, "EndpointConnectionError")):
+        done = subprocess.run([*CLI, "index", "s3://hints/run.jsonl", "-o", "out.idx"],
+                              env={**bare, **nowhere, **{k: v for k, v in env.items() if v}},
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 2
+        assert said in done.stderr
+        assert ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" if said.startswith("No")
+                else "check AWS_ENDPOINT_URL") in done.stderr, done.stderr
+
+
+@pytest.mark.slow
 def test_a_denied_read_is_exit_2_naming_the_url(tmp_path: Path) -> None:
     with s3_server(tmp_path, denying=True) as denying:
         done = cli(denying, tmp_path, "index", "s3://locked/run.jsonl", "-o", "out.idx")
