@@ -53,8 +53,19 @@ def failure(url: str, error: Exception) -> LoadError:
         why = ("access denied: the credentials found (the filesystem's usual chain; for "
                "s3://, the AWS_* variables or a profile) may not read it")
     else:
-        why = f"cannot read it: {type(error).__name__}: {scrubbed(str(error))}"
+        name = type(error).__name__
+        why = f"cannot read it: {name}: {scrubbed(str(error))}{_HINTS.get(name, '')}"
     return LoadError(shown(url), None, why)
+
+
+# What to do about the two failures of a first try against MinIO or moto, which botocore
+# (s3fs's client) names in its own words only; by name, since botocore is optional.
+_HINTS = {
+    "NoCredentialsError": " (for s3://, set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                          "or AWS_PROFILE)",
+    "EndpointConnectionError": " (for MinIO, moto or another S3-compatible server, check "
+                               "AWS_ENDPOINT_URL: it names the server's URL)",
+}
 
 
 def identity(info: dict[str, Any]) -> str | None:

@@ -128,6 +128,9 @@ def test_a_second_run_on_the_same_prefix_is_refused(
     result = run_against(saved, store, replicas, "q")
     assert result.returncode == 2, result.stderr
     assert "another `replay-server run` (replica 99) is rescoring this run" in result.stderr
+    # what to do, for several CI jobs sharing one store: wait, or a prefix of their own
+    assert "wait until it ends, or give this rescoring a --state-prefix of its own" \
+        in result.stderr
 
 
 @pytest.mark.parametrize("options", [["--state-prefix", "replay-server:another"], []])

@@ -22,8 +22,9 @@ import orjson
 import pytest
 
 from replay_server import errors
-from replay_server.errors import LoadError, show_as, shown_file
+from replay_server.errors import LoadError, show_as, shown_file, where_of
 from replay_server.saved import objects
+from replay_server.saved.formats.base import LoadContext
 from tests.parts.s3 import S3, SECRET, reading, s3_server
 from tests.support import CLI, MODEL, chat_response, free_port, spawn
 
@@ -106,6 +107,19 @@ def test_a_cached_copy_is_named_by_its_url_in_errors(monkeypatch: pytest.MonkeyP
     assert shown_file(f"{view}2/run.jsonl") == f"{view}2/run.jsonl"  # not under it
 
 
+def test_a_skipped_row_of_a_cached_copy_is_named_by_its_url(monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    """`index s3://runs/lm_eval/` said "skipped 6 row(s) ... (e.g. ~/.cache/.../views/...)":
+    the cached copy, which the user never gave and cannot look at."""
+    monkeypatch.setattr(errors, "_SHOWN", {})
+    view = str(tmp_path / "view")
+    show_as(view, "s3://bucket/prefix")
+    ctx = LoadContext()
+    ctx.skip("row repeats a doc", where_of(f"{view}/samples.jsonl", 7, "task:0"))
+    assert ctx.skipped_examples == {
+        "row repeats a doc": ["s3://bucket/prefix/samples.jsonl:7 (task:0)"]}
+
+
 # -- s3:// through a real moto server ----------------------------------------------------
 
 
@@ -186,6 +200,29 @@ def test_a_missing_object_or_bucket_is_exit_2_naming_the_url(
         done = cli(s3, tmp_path, command[0], url, *command[1:])
         assert done.returncode == 2
         assert f"error: {url}: no such object, prefix or bucket" in done.stderr
+
+
+@pytest.mark.slow
+def test_no_credentials_or_no_endpoint_says_which_variables_to_set(
+        s3: S3, tmp_path: Path) -> None:
+    """The two mistakes of a first `index s3://...` against MinIO or moto: botocore's own
+    words ("Unable to locate credentials", "Could not connect to the endpoint URL") do
+    not say what replay-server reads."""
+    s3.bucket("hints", {"run.jsonl": RUN})
+    bare = {name: value for name, value in environ(s3, tmp_path).items()
+            if not name.startswith("AWS_")}
+    nowhere = {"AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+               "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_EC2_METADATA_DISABLED": "true"}
+    closed = f"http://127.0.0.1:{free_port()}"
+    for env, said in ((s3.env | {"AWS_ACCESS_KEY_ID": ""}, "NoCredentialsError"),
+                      (s3.env | {"AWS_ENDPOINT_URL": closed}, "EndpointConnectionError")):
+        done = subprocess.run([*CLI, "index", "s3://hints/run.jsonl", "-o", "out.idx"],
+                              env={**bare, **nowhere, **{k: v for k, v in env.items() if v}},
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 2
+        assert said in done.stderr
+        assert ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" if said.startswith("No")
+                else "check AWS_ENDPOINT_URL") in done.stderr, done.stderr
 
 
 @pytest.mark.slow

@@ -269,7 +269,9 @@ class RedisState(State):
         if not held:
             raise LoadError("--state", None, f"another `replay-server run` (replica "
                             f"{holder.decode() if holder else '?'}) is rescoring this run "
-                            f"on {self.shown} (prefix {self.prefix!r}): one at a time")
+                            f"on {self.shown} (prefix {self.prefix!r}): one at a time; "
+                            "wait until it ends, or give this rescoring a --state-prefix of "
+                            "its own (with --server, on replicas serving under that prefix)")
         self.holding = True
 
     def still_held(self) -> None:

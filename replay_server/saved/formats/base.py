@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
-from ...errors import LoadError
+from ...errors import LoadError, shown_file
 from ...paths import CHAT_PATH
 from ...settings import DEFAULT_MAX_LINE
 from ..jsonl import iter_jsonl, not_json, parse_line
@@ -78,11 +78,12 @@ class LoadContext:
         self.bad_lines.append(error)
 
     def skip(self, reason: str, where: str) -> None:
-        """A row left out on purpose (not an error): counted, with a few examples kept."""
+        """A row left out on purpose (not an error): counted, with a few examples kept,
+        each named as an error names its file (an object's URL, never its cached copy)."""
         self.skipped[reason] += 1
         examples = self.skipped_examples.setdefault(reason, [])
         if len(examples) < 3:
-            examples.append(where)
+            examples.append(shown_file(where))
 
     def progress(self, nbytes: int) -> None:
         self.on_progress(nbytes)
