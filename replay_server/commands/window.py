@@ -109,11 +109,16 @@ def check_server(base_url: str, api_key: str | None, prefix: str) -> None:
             except (httpx.HTTPError, ValueError, AttributeError) as e:
                 raise ValueError(f"--server {shown(base_url)}: no replay-server status "
                                  f"there ({type(e).__name__}: {e})") from None
+            process = answer.json().get("process") or {}
+            which = f"the replica on {process.get('host')} (pid {process.get('pid')})"
             theirs = state.get("prefix") if isinstance(state, dict) else None
             if theirs != prefix:
                 said = theirs if theirs is not None else "no shared state (no --state)"
                 raise ValueError(
-                    f"--server {shown(base_url)}: a replica there answers from {said}, not "
+                    f"--server {shown(base_url)}: {which} answers from {said}, not "
                     f"{prefix}: its requests would not count in this run's verdict. Serve "
                     "the same run with the same --state and --state-prefix on every "
                     "replica, and give run the same")
+            if state.get("lost"):
+                raise ValueError(f"--server {shown(base_url)}: {which} has lost the shared "
+                                 f"state ({state['lost']}): restart the replicas, then run")

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import socket
 import time
 from collections import ChainMap
 from collections.abc import Iterable, MutableMapping
@@ -476,4 +478,5 @@ class Replayer:
                               for k in ("recorded", "computed", "unanswered")},
                 "aliases": self.index.aliases,
                 "forwarded": {name: dict(c) for name, c in stats.forwarded.items()},
-                "state": self.state.about()}
+                "state": self.state.about(),
+                "process": {"host": socket.gethostname(), "pid": os.getpid()}}

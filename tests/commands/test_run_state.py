@@ -28,6 +28,7 @@ from tests.support import (
     chat_response,
     spawn,
     user,
+    wait_for,
     write_jsonl,
 )
 
@@ -147,10 +148,32 @@ def test_run_refuses_a_server_whose_replicas_share_another_state_or_none(
             [*CLI, "run", str(saved), "--state", store.url, "--state-prefix", PREFIX,
              "--server", elsewhere.base, "--", "touch", str(marker)],
             capture_output=True, text=True, cwd=ROOT, timeout=120)
+        process = httpx.get(f"{elsewhere.base}/replay/status").json()["process"]
     assert result.returncode == 2, result.stderr
     assert not marker.exists()
     said = "replay-server:another" if options else "no shared state (no --state)"
     assert f"answers from {said}, not {PREFIX}" in result.stderr, result.stderr
+    assert f"the replica on {process['host']} (pid {process['pid']})" in result.stderr
+
+
+def test_run_refuses_replicas_that_lost_the_state(
+        saved: Path, store: redis_server.RedisServer, replicas: list[Spawned],
+        tmp_path: Path) -> None:
+    """The store restarted empty: the replicas know (their heartbeat finds the run gone)
+    and refuse every replay; `run` says so before COMMAND runs, rather than after its
+    first request."""
+    store.restart()
+    wait_for(lambda: httpx.get(f"{replicas[0].base}/replay/status").json()["state"]["lost"],
+             timeout=10)
+    marker = tmp_path / "ran"
+    result = subprocess.run(
+        [*CLI, "run", str(saved), "--state", store.url, "--state-prefix", PREFIX,
+         "--server", replicas[0].base, "--", "touch", str(marker)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert not marker.exists()
+    assert "has lost the shared state" in result.stderr and "restart the replicas" in \
+        result.stderr, result.stderr
 
 
 def test_server_without_state_is_a_usage_error(saved: Path) -> None:

@@ -86,7 +86,8 @@ class RedisState(State):
         self._thread.start()
 
     def about(self) -> dict[str, Any] | None:
-        return {"store": self.shown, "prefix": self.prefix, "replica": self.replica}
+        return {"store": self.shown, "prefix": self.prefix, "replica": self.replica,
+                "lost": self.lost}
 
     def where(self) -> str:
         return (f"{self.shown} under the prefix {self.prefix} (this process: replica "
