@@ -8,7 +8,9 @@ ratios kept, as bench/run.py does):
 - `alone`: one `serve RUN.idx`, no state, no balancer: the baseline;
 - `state`: one `serve RUN.idx --state redis://...`, no balancer: what the shared state costs;
 - `balanced xN` (N = 1, 2, 3): N `serve RUN.idx --state redis://...` replicas behind HAProxy
-  (docker/haproxy.cfg, as compose's `scale` profile and the tests run it).
+  (docker/haproxy.cfg, started as the tests start it, tests/parts/haproxy.py: a line
+  logged per request, as compose's `scale` profile has it).
+The real parts are the tests' own (tests/parts/): one way to start each.
 Workloads (wrk, c connections): `chat`, the greedy case (every request a saved prompt with
 one generation: no cursor, the state only counts); `repeats`, lm-eval's `repeats` case (n=1
 calls for prompts that saved 100 different samples: each call claims the next sample from
@@ -29,10 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,83 +56,13 @@ from bench.run import (  # noqa: E402
     workload_bodies,
     wrk,
 )
-from tests.parts.haproxy import CONFIG, local_config  # noqa: E402
+from tests.parts.haproxy import balancer  # noqa: E402
+from tests.parts.redis_server import running as redis_server  # noqa: E402
+from tests.support import free_port  # noqa: E402
 
 REPEATS_PROMPTS = 200
 REPEATS_SAMPLES = 100
 CHAT = "/v1/chat/completions"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@contextmanager
-def redis_server(tmp: Path) -> Iterator[str]:
-    """A redis-server of its own on a free port (nothing saved to disk); its URL."""
-    binary = shutil.which("redis-server") or shutil.which("valkey-server")
-    if binary is None:
-        sys.exit("bench/scale.py needs redis-server (apt-get install redis-server)")
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(tmp)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("redis-server did not start")
-            time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(30)
-
-
-@contextmanager
-def haproxy(ports: list[int], tmp: Path) -> Iterator[int]:
-    """Debian's haproxy from docker/haproxy.cfg, in front of `ports`; its port."""
-    binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1024)
-        port = listener.getsockname()[1]
-        config = tmp / "haproxy.cfg"
-        text = local_config(CONFIG.read_text(), listener.fileno(), ports, tmp / "admin.sock")
-        # the bench measures throughput: no line logged per request
-        config.write_text(text.replace("    option httplog\n", "    no log\n"))
-        proc = subprocess.Popen([binary, "-db", "-f", str(config)], cwd=tmp,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                pass_fds=[listener.fileno()], start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("haproxy did not start")
-            time.sleep(0.1)
-        yield port
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def repeats_run(source: Path) -> tuple[Path, Path]:
@@ -182,8 +111,8 @@ def setup(name: str, index: Path, state: str, tmp: Path) -> Iterator[str]:
             server.start(free_port())
             stack.callback(server.stop)
         if name.startswith("balanced"):
-            port = stack.enter_context(haproxy([s.port for s in servers], tmp))
-            yield f"http://127.0.0.1:{port}"
+            front = stack.enter_context(balancer([s.port for s in servers], tmp))
+            yield front.url.removesuffix("/v1")
         else:
             yield f"http://127.0.0.1:{servers[0].port}"
 
@@ -198,7 +127,8 @@ def measure(args: argparse.Namespace) -> dict[tuple[str, str], list[Measure]]:
     repeats_index, repeats_bodies = repeats_run(ensure_run(20000))
     work = {"chat": (chat_index, chat_bodies), "repeats": (repeats_index, repeats_bodies)}
     results: dict[tuple[str, str], list[Measure]] = {}
-    with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp)) as state:
+    with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp)) as store:
+        state = store.url
         for round_ in range(args.rounds):
             for name in SETUPS:
                 for workload, (index, bodies) in work.items():
