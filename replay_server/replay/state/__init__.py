@@ -105,7 +105,11 @@ class State:
 
     def where(self) -> str | None:
         """Where a shared state lives, for the user (None: in this process)."""
-        return None
+        about = self.about()
+        if about is None:
+            return None
+        return (f"{about['store']} under the prefix {about['prefix']} (this process: "
+                f"replica {about['replica']})")
 
     def close(self) -> None:
         """Stop for good (a shared state says so to the others)."""

@@ -89,10 +89,6 @@ class RedisState(State):
         return {"store": self.shown, "prefix": self.prefix, "replica": self.replica,
                 "lost": self.lost}
 
-    def where(self) -> str:
-        return (f"{self.shown} under the prefix {self.prefix} (this process: replica "
-                f"{self.replica})")
-
     def key(self, *parts: object) -> str:
         return ":".join((self.prefix, *map(str, parts)))
 
