@@ -55,6 +55,14 @@ def cli(s3: S3, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
+def indexed(s3: S3, tmp_path: Path, url: str) -> Path:
+    """`replay-server index URL -o tmp_path/run.idx`, built; the secret key is not in it."""
+    index = tmp_path / "run.idx"
+    assert cli(s3, tmp_path, "index", url, "-o", str(index)).returncode == 0
+    assert SECRET not in index.read_bytes().decode("latin-1")
+    return index
+
+
 def environ(s3: S3 | None, tmp_path: Path) -> dict[str, str]:
     return {**os.environ, **(s3.env if s3 else {}), "REPLAY_SERVER_CACHE": str(tmp_path / "c")}
 
@@ -143,10 +151,8 @@ def test_serve_from_a_prefix_answers_as_the_local_file_and_starts_again_from_the
 def test_a_changed_object_is_fetched_again_and_an_index_of_it_is_stale(
         s3: S3, tmp_path: Path) -> None:
     s3.bucket("change", {"run.jsonl": RUN})
-    index = tmp_path / "run.idx"
-    assert cli(s3, tmp_path, "index", "s3://change/run.jsonl", "-o", str(index)).returncode == 0
+    index = indexed(s3, tmp_path, "s3://change/run.jsonl")
     assert "s3://change/run.jsonl" in index.read_bytes().decode("latin-1")
-    assert SECRET not in index.read_bytes().decode("latin-1")
     with served(s3, tmp_path, str(index)) as server:
         assert ask(server.url, "What is 2+2?") == ("4", "s3://change/run.jsonl:1")
     s3.bucket("change", {"run.jsonl": line("What is 2+2?", "four")})
@@ -161,8 +167,7 @@ def test_a_changed_object_is_fetched_again_and_an_index_of_it_is_stale(
 @pytest.mark.slow
 def test_an_index_file_in_a_bucket_is_fetched_and_served(s3: S3, tmp_path: Path) -> None:
     s3.bucket("idx", {"runs/run.jsonl": RUN})
-    index = tmp_path / "run.idx"
-    assert cli(s3, tmp_path, "index", "s3://idx/runs/", "-o", str(index)).returncode == 0
+    index = indexed(s3, tmp_path, "s3://idx/runs/")
     s3.bucket("idx", {"index/run.idx": index.read_bytes()})
     with served(s3, tmp_path, "s3://idx/index/run.idx") as server:
         assert ask(server.url, "Name a colour.") == ("blue", "s3://idx/runs/run.jsonl:2")
@@ -368,8 +373,7 @@ def test_a_cut_download_is_never_used(tmp_path: Path, name: str) -> None:
 def test_an_index_whose_objects_cannot_be_listed_here_says_so_and_serves(
         s3: S3, tmp_path: Path) -> None:
     s3.bucket("away", {"run.jsonl": RUN})
-    index = tmp_path / "run.idx"
-    assert cli(s3, tmp_path, "index", "s3://away/", "-o", str(index)).returncode == 0
+    index = indexed(s3, tmp_path, "s3://away/")
     elsewhere = {**s3.env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
                  "AWS_MAX_ATTEMPTS": "1"}
     with spawn("serve", str(index), env={**environ(s3, tmp_path), **elsewhere},
