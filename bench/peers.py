@@ -35,10 +35,12 @@ deltas), so that a peer answering 404s or wrong answers fast is never reported a
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import shutil
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -260,6 +262,26 @@ def check(peer: Peer, url: str) -> None:
                     raise RuntimeError(f"{peer.name}, {work}, request {i + 1}: answered "
                                        f"{got.status_code} {got.text[:300]!r}, not the "
                                        f"saved answer {expected[:100]!r}")
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def settle(pid: int, step: float = 0.5, busy: float = 0.1, limit: float = 600) -> None:
+    """Returns once the process has stopped working (under `busy` of a core for `step`
+    seconds). A peer slower than wrk's timeout goes on answering, after wrk stops, the
+    requests wrk gave up on: on the servers' core, in the next cell's time."""
+    deadline = time.monotonic() + limit
+    last = _cpu_seconds(pid)
+    while time.monotonic() < deadline:
+        time.sleep(step)
+        now = _cpu_seconds(pid)
+        if now - last < busy * step:
+            return
+        last = now
+    raise RuntimeError(f"process {pid} still busy {limit:.0f} s after its requests")
 
 
 def all_installed(run: Path, data: Path, wiremock_command: str | None,

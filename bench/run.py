@@ -87,6 +87,10 @@ class Server:
                                      env={**os.environ, **self.env})
         wait_until_up(f"http://127.0.0.1:{port}/health", self.proc)
 
+    def pid(self) -> int:
+        assert self.proc is not None, f"{self.name} was not started"
+        return self.proc.pid
+
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
@@ -376,6 +380,7 @@ def throughput(run: Path, rounds: int, seconds: int,
             peers.check(peer, server.url(""))
             for work in peer.works:
                 wrk(server.url(PATHS[work]), peer.bodies[work], 64, seconds)
+                peers.settle(server.pid())
         for server in workers.values():  # the first answer opens the index
             httpx.post(server.url(PATHS["chat"]), content=first_body(bodies["chat"]),
                        headers=JSON, timeout=60)
@@ -395,6 +400,7 @@ def throughput(run: Path, rounds: int, seconds: int,
                 for peer, server in peer_servers:
                     for work in peer.works:
                         measure(server, peer.name, work, c, own=peer.bodies)
+                        peers.settle(server.pid())
     finally:
         for server in servers:
             server.stop()
@@ -654,17 +660,19 @@ def throughput_lines(t: Throughput) -> list[str]:
     return lines
 
 
-def peer_lines(t: Throughput, args: argparse.Namespace) -> list[str]:
-    lines = [f"Peers (bench/peers.py; docs/performance.md says how each is set up): each was "
-             "answering the saved answers' text to a few of its requests, then run once "
-             "untimed (a JIT warms), before the rounds. WireMock and Mockoon play back the "
-             "exchanges recorded from replay-server (a stream as its bytes, whole); aimock "
-             "keys on the last user message and builds its own answers; mockllm re-reads its "
-             f"whole responses file on every request, so it has the first "
-             f"{peers.MOCKLLM_ANSWERS} answers, beside replay-server serving a run of those."]
+def peer_lines(args: argparse.Namespace) -> list[str]:
+    lines = ["Peers (bench/peers.py; docs/performance.md says how each is set up): each had "
+             "to answer a few of its requests with the saved answer's text, then ran once "
+             "untimed (a JIT warms) before the rounds, and after each of its runs the bench "
+             "waited until it was idle (it may go on answering requests wrk gave up on). "
+             "WireMock and Mockoon play back the exchanges recorded from replay-server (a "
+             "stream as its bytes, whole); aimock keys on the last user message and builds "
+             "its own answers; mockllm re-reads its whole responses file on every request, "
+             f"so it has the first {peers.MOCKLLM_ANSWERS} answers, beside replay-server "
+             "serving a run of those."]
     if args.peers_missing:
-        lines.append(f"Not measured, not installed (bench/peers.py says how to install them; "
-                     f"each flag names a peer's command): {', '.join(args.peers_missing)}.")
+        lines += ["", "Not measured, not installed (bench/peers.py says how to install them; "
+                  f"each flag names a peer's command): {', '.join(args.peers_missing)}."]
     return lines
 
 
@@ -734,7 +742,7 @@ def report(t: Throughput | None, index: list[dict[str, Any]], args: argparse.Nam
                   "first of them (checked byte for byte before the rounds). Each replay cell "
                   "is measured right after (or, every other round, before) its same-bytes "
                   "ceiling. `miss` answers 400 by design (its non-2xx count).", "",
-                  *throughput_lines(t), "", *peer_lines(t, args), "", "## Workers", "",
+                  *throughput_lines(t), "", *peer_lines(args), "", "## Workers", "",
                   *workers_lines(t)]
     if index:
         lines += ["", "## Index: load, memory, first answer", "",
