@@ -16,7 +16,8 @@ settings): the chat ceiling (a 1.2 KB chat body), and per workload a same-bytes 
 that sends the exact status, headers and body replay-server sent for one request of that
 workload (captured before the rounds), so that a 50 KB stream is compared with sending
 50 KB. Workers: the same run compiled to an index file, served with --workers 1 and 2.
-Peers (`mockllm`, aimock's `llmock`) when they are installed.
+Peers (bench/peers.py: WireMock, Mockoon's CLI, aimock, mockllm), those installed, loaded
+with the same saved answers; its docstring says how to install them.
 
 Index: synthetic runs of each size (bench/gen_run.py): load time vs orjson's raw parse
 of the same file, resident memory vs the file's size, time until the server answers its
@@ -46,6 +47,9 @@ from typing import Any
 
 import httpx
 import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # (run as a script)
+from bench import peers  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -82,6 +86,10 @@ class Server:
                                      stderr=subprocess.DEVNULL, cwd=ROOT,
                                      env={**os.environ, **self.env})
         wait_until_up(f"http://127.0.0.1:{port}/health", self.proc)
+
+    def pid(self) -> int:
+        assert self.proc is not None, f"{self.name} was not started"
+        return self.proc.pid
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -270,45 +278,6 @@ def check_ceiling(ceiling: Server, bodies: dict[str, Path],
     return len(chat.content)
 
 
-def peer_answers(run: Path, count: int = 2000) -> dict[str, str]:
-    """Last user message -> saved answer, for the chat prompts the workloads send."""
-    answers: dict[str, str] = {}
-    with run.open("rb") as f:
-        for line in f:
-            record = orjson.loads(line)
-            if record["endpoint"] == "/v1/chat/completions" and "stream" not in record:
-                last = record["request"]["messages"][-1]["content"]
-                answers[last] = record["response"]["choices"][0]["message"]["content"]
-                if len(answers) >= count:
-                    break
-    return answers
-
-
-def peers(run: Path, mockllm_python: str | None, llmock: str | None) -> list[tuple[Server, str]]:
-    """Peer mocks, when installed, loaded with the same prompts and answers (each keys on
-    the last user message): (server, workload)."""
-    found: list[tuple[Server, str]] = []
-    answers = peer_answers(run) if (mockllm_python or llmock) else {}
-    if llmock:
-        fixtures = DATA / "aimock-fixtures.json"
-        fixtures.write_bytes(orjson.dumps({"fixtures": [
-            {"match": {"userMessage": q}, "response": {"content": a}}
-            for q, a in answers.items()]}))
-        aimock = Server("aimock (peer)", [llmock, "--port", "{port}", "-f", str(fixtures),
-                                          "--log-level", "warn"])
-        found += [(aimock, "chat"), (aimock, "chat-stream")]
-    if mockllm_python:
-        import yaml  # the test extras have it; keys over 1024 characters need YAML's `? `
-
-        responses = DATA / "mockllm-responses.yml"
-        responses.write_text(yaml.safe_dump({"responses": answers}, width=1 << 20))
-        argv = ["env", f"MOCKLLM_RESPONSES_FILE={responses}", mockllm_python, "-m", "uvicorn",
-                "mockllm.server:app", "--port", "{port}", "--no-access-log",
-                "--log-level", "warning"]
-        found.append((Server("mockllm (peer)", argv), "chat"))
-    return found
-
-
 def ensure_index(run: Path) -> tuple[Path, int]:
     """The run compiled to an index file, and how many of its prompts need the repeats
     cursor (several workers refuse a run that does)."""
@@ -372,7 +341,7 @@ class Throughput:
 
 
 def throughput(run: Path, rounds: int, seconds: int,
-               peer_servers: list[tuple[Server, str]]) -> Throughput:
+               peer_list: list[peers.Peer]) -> Throughput:
     bodies = workload_bodies(run)
     idx, cursor_prompts = ensure_index(run)
     payload_file = DATA / "ceiling-payloads.json"
@@ -385,24 +354,33 @@ def throughput(run: Path, rounds: int, seconds: int,
                                       "{port}", "--log-level", "error", "--workers", str(n)],
                          cpu=None)
                for n in (1, 2) if cursor_prompts == 0}
-    servers = [replay, base, *workers.values(), *{id(s): s for s, _ in peer_servers}.values()]
+    peer_servers = [(peer, Server(peer.name, peer.argv)) for peer in peer_list]
+    servers = [replay, base, *workers.values(), *(server for _, server in peer_servers)]
     results: dict[tuple[str, str, int], list[Measure]] = {}
     payloads: dict[str, dict[str, Any]] = {}
     ceiling_bytes = 0
 
-    def measure(server: Server, system: str, work: str, c: int, query: str = "") -> None:
+    def measure(server: Server, system: str, work: str, c: int, query: str = "",
+                own: dict[str, Path] | None = None) -> None:
         print(f"  {system} {work} c={c}", flush=True)
         results.setdefault((system, work, c), []).append(
-            wrk(server.url(PATHS[work] + query), bodies[work], c, seconds))
+            wrk(server.url(PATHS[work] + query), (own or bodies)[work], c, seconds))
 
     try:
         replay.start(18900)
         # the first miss builds the prompt catalog; the capture makes it
         payloads = capture(replay, bodies)
         payload_file.write_bytes(orjson.dumps(payloads))
+        for peer in peer_list:  # their files, from the exchanges replay-server answers
+            peer.prepare(replay.url(""), bodies)
         for i, server in enumerate(servers[1:], start=1):
             server.start(18900 + i)
         ceiling_bytes = check_ceiling(base, bodies, payloads)
+        for peer, server in peer_servers:  # right answers, then one untimed run (a JIT warms)
+            peers.check(peer, server.url(""))
+            for work in peer.works:
+                wrk(server.url(PATHS[work]), peer.bodies[work], 64, seconds)
+                peers.settle(server.pid())
         for server in workers.values():  # the first answer opens the index
             httpx.post(server.url(PATHS["chat"]), content=first_body(bodies["chat"]),
                        headers=JSON, timeout=60)
@@ -419,13 +397,15 @@ def throughput(run: Path, rounds: int, seconds: int,
                     for n in (2, 1) if flip else (1, 2):
                         if n in workers:
                             measure(workers[n], WORKERS[n], "chat", c)
-                for server, work in peer_servers:
-                    measure(server, server.name, work, c)
+                for peer, server in peer_servers:
+                    for work in peer.works:
+                        measure(server, peer.name, work, c, own=peer.bodies)
+                        peers.settle(server.pid())
     finally:
         for server in servers:
             server.stop()
     return Throughput(results, payloads, ceiling_bytes, cursor_prompts,
-                      list(dict.fromkeys(s.name for s, _ in peer_servers)))
+                      [peer.name for peer in peer_list])
 
 
 # ---------------------------------------------------------------- index figures
@@ -676,10 +656,23 @@ def throughput_lines(t: Throughput) -> list[str]:
             f"{t.median(system, work, c, lambda m: m.p99_ms):.2f} | "
             f"{_num(p99) if system == REPLAY else '—'} | {sum(m.non_2xx for m in runs)} |")
     if any(m.rps == 0 for runs in t.results.values() for m in runs):
-        lines += ["", "A rate of 0 means no request completed within wrk's 2 s timeout. "
-                  "mockllm 0.0.8 re-reads its whole responses file on every request (it "
-                  "compares the file's float mtime with a truncated int), which takes about "
-                  "1.7 s with these 2,000 answers."]
+        lines += ["", "A rate of 0 means no request completed within wrk's 2 s timeout."]
+    return lines
+
+
+def peer_lines(args: argparse.Namespace) -> list[str]:
+    lines = ["Peers (bench/peers.py; docs/performance.md says how each is set up): each had "
+             "to answer a few of its requests with the saved answer's text, then ran once "
+             "untimed (a JIT warms) before the rounds, and after each of its runs the bench "
+             "waited until it was idle (it may go on answering requests wrk gave up on). "
+             "WireMock and Mockoon play back the exchanges recorded from replay-server (a "
+             "stream as its bytes, whole); aimock keys on the last user message and builds "
+             "its own answers; mockllm re-reads its whole responses file on every request, "
+             f"so it has the first {peers.MOCKLLM_ANSWERS} answers, beside replay-server "
+             "serving a run of those."]
+    if args.peers_missing:
+        lines += ["", "Not measured, not installed (bench/peers.py says how to install them; "
+                  f"each flag names a peer's command): {', '.join(args.peers_missing)}."]
     return lines
 
 
@@ -749,7 +742,8 @@ def report(t: Throughput | None, index: list[dict[str, Any]], args: argparse.Nam
                   "first of them (checked byte for byte before the rounds). Each replay cell "
                   "is measured right after (or, every other round, before) its same-bytes "
                   "ceiling. `miss` answers 400 by design (its non-2xx count).", "",
-                  *throughput_lines(t), "", "## Workers", "", *workers_lines(t)]
+                  *throughput_lines(t), "", *peer_lines(args), "", "## Workers", "",
+                  *workers_lines(t)]
     if index:
         lines += ["", "## Index: load, memory, first answer", "",
                   "Synthetic runs of chat and completion records (bench/gen_run.py). Load: "
@@ -818,11 +812,18 @@ def main() -> None:
                         help="take the index figures from the index-figures.json an earlier "
                         "run wrote (they do not depend on the HTTP path) instead of measuring "
                         "them again; the report says when and at which commit they were")
-    parser.add_argument("--mockllm-python", help="a Python with the `mockllm` package "
-                        "(PyPI), to measure it beside replay-server")
-    parser.add_argument("--llmock", default=shutil.which("llmock"),
+    parser.add_argument("--wiremock", default=peers.installed("wiremock"),
+                        help="WireMock: npm `wiremock`'s command or its standalone jar (run "
+                        f"with java); found on PATH or in {peers.CACHE} by default")
+    parser.add_argument("--mockoon", default=peers.installed("mockoon-cli"),
+                        help="Mockoon's `mockoon-cli` command (npm @mockoon/cli); found on "
+                        f"PATH or in {peers.CACHE} by default")
+    parser.add_argument("--llmock", default=peers.installed("llmock"),
                         help="aimock's `llmock` command (npm @copilotkit/aimock); found on "
-                        "PATH by default")
+                        f"PATH or in {peers.CACHE} by default")
+    parser.add_argument("--mockllm-python", default=peers.mockllm_python(),
+                        help="a Python with the `mockllm` package (PyPI), to measure it "
+                        f"beside replay-server; {peers.CACHE}/mockllm by default")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.duration, args.sizes = 1, 3, "20000"
@@ -833,8 +834,11 @@ def main() -> None:
     t = None
     if not args.no_throughput:
         run = ensure_run(20000, mixed=True)
-        t = throughput(run, args.rounds, args.duration,
-                       peers(run, args.mockllm_python, args.llmock))
+        t = throughput(run, args.rounds, args.duration, peers.all_installed(
+            run, DATA, args.wiremock, args.mockoon, args.llmock, args.mockllm_python))
+    args.peers_missing = [f"--{flag}" for flag in ("wiremock", "mockoon", "llmock",
+                                                   "mockllm-python")
+                          if not getattr(args, flag.replace("-", "_"))]
     args.out.mkdir(parents=True, exist_ok=True)
     if args.index_from:
         saved = orjson.loads(args.index_from.read_bytes())
