@@ -103,7 +103,7 @@ def test_the_cache_is_where_the_environment_says(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert objects.cache_dir() == tmp_path / "replay-server" / "objects"
     monkeypatch.setenv("REPLAY_SERVER_CACHE", str(tmp_path / "mine"))
-    assert objects.cache_dir() == tmp_path / "mine"
+    assert objects.cache_dir() == tmp_path / "mine" / "objects"
 
 
 def test_a_cached_copy_is_named_by_its_url_in_errors(monkeypatch: pytest.MonkeyPatch,
