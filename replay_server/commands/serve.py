@@ -17,8 +17,8 @@ import orjson
 
 from ..errors import LoadError, shown_file
 from ..index import file as index_file
-from ..index.index import Index, prompt_of
-from ..index.loading import load, report_lines
+from ..index.cache import Options, open_cached
+from ..index.index import Index
 from ..saved.loader import Plan, is_index, progress_bar, tokenizer_of
 from ..saved.local_tokenizer import LocalTokenizer
 from ..saved.objects import fetch
@@ -52,14 +52,11 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
     fetched = fetch(paths, lambda total, what: progress_bar(total, what, True))
     paths = fetched.paths  # a URL's local copy in its place: an index file may be one
     indexes = [Path(p) for p in paths if is_index(Path(p))]
-    if not indexes:
-        loaded = load(paths, skip_bad_lines=settings.skip_bad_lines,
-                      aliases=settings.aliases(), max_line=settings.max_line_size,
-                      tokenizer=settings.tokenizer)
-        examples = [(r.endpoint, r.model, prompt_of(r))
-                    for _, r in sorted(loaded.examples.items())]
-        return Opened(loaded.index, fetched.notes + report_lines(loaded), examples,
-                      loaded.plan, loaded.ctx.tokenizer, paths)
+    if not indexes:  # saved files: served through their index, kept in the cache
+        cached = open_cached(paths, Options(settings.skip_bad_lines, settings.max_line_size,
+                                            settings.tokenizer), settings.aliases())
+        return Opened(cached.index, fetched.notes + cached.report, cached.examples,
+                      cached.inputs, cached.tokenizer, [cached.index.path])
     if len(paths) > 1:
         raise LoadError(str(indexes[0]), None, "an index file is served on its own; build "
                         "one index from all the saved files with `replay-server index`")
