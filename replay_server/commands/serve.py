@@ -54,7 +54,8 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
     indexes = [Path(p) for p in paths if is_index(Path(p))]
     if not indexes:  # saved files: served through their index, kept in the cache
         cached = open_cached(paths, Options(settings.skip_bad_lines, settings.max_line_size,
-                                            settings.tokenizer), settings.aliases())
+                                            settings.tokenizer), settings.aliases(),
+                             fetched.urls)
         return Opened(cached.index, fetched.notes + cached.report, cached.examples,
                       cached.inputs, cached.tokenizer, [cached.index.path])
     if len(paths) > 1:

@@ -30,7 +30,7 @@ import mmap
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,13 +106,15 @@ def _files(root: str | None) -> Iterator[Path]:
     return iter(sorted(p for p in path.rglob("*") if p.is_file()))
 
 
-def key_of(planned: Plan, options: Options) -> Key:
-    """The key of a planned load with `options`. Each file is stamped before it is
-    digested: a file that changes while it is digested is found changed after the load."""
+def key_of(planned: Plan, options: Options, urls: Mapping[Path, str]) -> Key:
+    """The key of a planned load with `options`, its arguments named by their URLs where
+    they are fetched objects' local views (`urls`: each view's changes with the objects).
+    Each file is stamped before it is digested: a file that changes while it is digested
+    is found changed after the load."""
     def hashed(value: object) -> str:
         return hashlib.sha256(orjson.dumps(value)).hexdigest()[:24]
 
-    asked = [[planned.urls.get(p, str(p)) for p in planned.arguments],
+    asked = [[urls.get(p, str(p)) for p in planned.arguments],
              options.skip_bad_lines, options.max_line, options.tokenizer and
              str(Path(options.tokenizer).absolute())]
     stamps: dict[str, tuple[int, int]] = {}
@@ -142,12 +144,14 @@ class Cached:
 
 
 def open_cached(paths: Sequence[str | Path], options: Options,
-                aliases: dict[str, str] | None = None) -> Cached:
-    """The index of the saved files `paths`: the cached one if these files were indexed
-    before with these options, else built now (and kept, when the cache can be written)."""
+                aliases: dict[str, str] | None = None, urls: Mapping[Path, str] | None = None
+                ) -> Cached:
+    """The index of the saved files `paths` (`urls`: the URL of each fetched objects' local
+    view among them): the cached one if these files were indexed before with these
+    options, else built now (and kept, when the cache can be written)."""
     planned = plan(paths, LoadContext(skip_bad_lines=options.skip_bad_lines,
                                       max_line=options.max_line))
-    key = key_of(planned, options)
+    key = key_of(planned, options, urls or {})
     entry = indexes_dir() / key.name
     notes: list[str] = []
     if entry.exists():
