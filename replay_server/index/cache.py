@@ -8,9 +8,9 @@ absolute paths, and the options that change what is built), then of what that is
 digest of its whole content, the tokenizer's files, the index format's, key's and
 replay-server's versions). A changed file is a new name, so it is built again: never a
 stale answer. The content digest is there because size and mtime can be copied (`cp -p`,
-`touch -r`, rsync): xxh3-128 of the file through a memory map, some 0.6 s for 3 GB in the
-page cache (sha256 is 7x slower, and a cache key needs no cryptographic strength: nobody
-picks the saved files to collide with themselves).
+`touch -r`, rsync): xxh3-128 of the file through a memory map, some 0.25 s for 3 GB in
+the page cache (sha256 is 6-7x slower, and a cache key needs no cryptographic strength:
+nobody picks the saved files to collide with themselves; docs/performance.md).
 
 An entry is written whole under a temporary name and renamed (`file.write`): two starts
 at once both build, and the second rename wins; neither reads half a file. One written
