@@ -34,7 +34,8 @@ from ..wire.families import family_of
 
 @dataclass
 class Opened:
-    """A saved run ready to serve: loaded from its files, or opened from an index file."""
+    """A saved run ready to serve, from an index file: the one given, or the one the cache
+    keeps for the saved files given (`index/cache.py`)."""
 
     index: Index
     report: list[str]

@@ -11,6 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from replay_server.commands import cache as caching
+from replay_server.index.cache import Options, open_cached
 from tests.support import CLI, Spawned, chat_record, chat_response, spawn, user, write_jsonl
 
 pytestmark = pytest.mark.http
@@ -36,6 +38,23 @@ def _asked(url: str, question: str) -> str:
                        json={"model": "test/model", "messages": user(question)})
     assert reply.status_code == 200, reply.text
     return str(reply.json()["choices"][0]["message"]["content"])
+
+
+def test_show_and_clear_say_what_the_cache_holds(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPLAY_SERVER_CACHE", str(tmp_path / "cache"))
+    said: list[str] = []
+    assert caching.show(said.append) == 0
+    assert said[1] == f"indexes ({tmp_path / 'cache' / 'indexes'}): 0, 0.0 MB"
+    saved = _saved(tmp_path / "run.jsonl")
+    built = open_cached([saved], Options()).index.path
+    said.clear()
+    caching.show(said.append)
+    assert said[2].startswith(f"  {built.name}: ") and said[3] == f"    from {saved}"
+    said.clear()
+    assert caching.clear_indexes(said.append) == 0
+    assert said[0].startswith(f"removed 1 index(es) from {built.parent}, freed ")
+    assert not built.exists()
 
 
 @pytest.mark.slow
