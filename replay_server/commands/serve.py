@@ -17,6 +17,7 @@ import orjson
 
 from ..errors import LoadError, shown_file
 from ..index import file as index_file
+from ..index import heap
 from ..index.cache import Options, open_cached
 from ..index.index import Index
 from ..saved.loader import Plan, is_index, progress_bar, tokenizer_of
@@ -176,6 +177,7 @@ def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str],
         # requests.
         gc.collect()
         gc.freeze()
+        heap.trim()  # what the collection freed too (after a load: its free lists' blocks)
         sock, _ = _ready(opened, settings, say)
         run_uvicorn(app, sock, settings)
         say("replay-server: stopped")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import gc
 import hashlib
 import mmap
 import os
@@ -206,8 +205,7 @@ def _build(paths: Sequence[str | Path], key: Key, options: Options,
                      "exit)")
     file.write(loaded, target, {REPORT: orjson.dumps(report).decode(),
                                 EXAMPLES: orjson.dumps(examples).decode()})
-    del loaded
-    gc.collect()
+    del loaded  # (no cycle holds it: freed here, whole)
     heap.trim()  # what the load held goes back to the system: the index is on disk
     if target.parent == folder:
         _supersede(folder, key)
