@@ -19,7 +19,6 @@ from ..errors import LoadError, shown_file
 from ..index import file as index_file
 from ..index import heap
 from ..index.cache import Options, open_cached
-from ..index.index import Index
 from ..saved.loader import Plan, is_index, progress_bar, tokenizer_of
 from ..saved.local_tokenizer import LocalTokenizer
 from ..saved.objects import fetch
@@ -38,7 +37,7 @@ class Opened:
     """A saved run ready to serve, from an index file: the one given, or the one the cache
     keeps for the saved files given (`index/cache.py`)."""
 
-    index: Index
+    index: index_file.StoredIndex
     report: list[str]
     examples: list[tuple[str, str, dict[str, Any]]]  # (endpoint, model, keyed prompt)
     inputs: Plan  # the files it came from: what no output may replace (Plan.refuse_output)

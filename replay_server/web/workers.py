@@ -34,7 +34,6 @@ import uvicorn
 
 from ..errors import LoadError
 from ..index.file import StoredIndex
-from ..index.index import Index
 from ..index.samples import Rules
 from ..replay.state import shared
 from ..saved.loader import tokenizer_of
@@ -46,10 +45,9 @@ from .listen import stop_requested, uvicorn_config
 GRACE_S = 40.0  # a worker drains for up to 30 s (uvicorn_config) before it is killed
 
 
-def check(index: Index, settings: Settings) -> None:
+def check(index: StoredIndex, settings: Settings) -> None:
     """Raise LoadError unless this run can be served by several workers (with --state:
     unless the store can be reached and holds this run, or none, under the prefix)."""
-    assert isinstance(index, StoredIndex)  # (saved files too: served through their index)
     if settings.state is None and (index.needs_cursor() or settings.allow_ambiguous):
         raise LoadError(str(index.path), None, f"{index.needs_cursor()} prompt(s) saved "
                         "several different samples, which n=1 calls get one by one in saved "
