@@ -488,14 +488,16 @@ def _status(pid: int) -> dict[str, int]:
             for k in ("VmRSS", "RssAnon", "RssFile")}
 
 
-def first_answer(target: Path, run: Path) -> tuple[float, dict[str, int]]:
-    """Seconds from starting `serve` until it answers a saved prompt, and its memory then."""
+def first_answer(target: Path, run: Path, cache: Path) -> tuple[float, dict[str, int]]:
+    """Seconds from starting `serve` until it answers a saved prompt, and its memory then;
+    with `cache` as replay-server's cache (saved files: the index cache, index/cache.py)."""
     with run.open("rb") as f:
         request = orjson.loads(f.readline())["request"]
     start = time.monotonic()
     proc = subprocess.Popen([PY, "-m", "replay_server", "serve", str(target), "--port", "18990",
                              "--log-level", "error"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, cwd=ROOT)
+                            stderr=subprocess.DEVNULL, cwd=ROOT,
+                            env={**os.environ, "REPLAY_SERVER_CACHE": str(cache)})
     try:
         path = "/v1/chat/completions" if "messages" in request else "/v1/completions"
         while True:
@@ -529,8 +531,14 @@ def index_figures(size: int) -> dict[str, Any]:
                            capture_output=True, text=True)
     build_s = time.monotonic() - start
     [reads] = orjson.loads(built.stdout.strip().splitlines()[-1])
-    files_first, files_mem = first_answer(run, run)
-    idx_first, idx_mem = first_answer(idx, run)
+    cache = DATA / "cache"  # the bench's own, empty: the first start builds, the next opens
+    shutil.rmtree(cache, ignore_errors=True)
+    try:
+        files_first, files_mem = first_answer(run, run, cache)
+        again_first, again_mem = first_answer(run, run, cache)  # a run served before
+        idx_first, idx_mem = first_answer(idx, run, cache)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     return {"records": int(n), "file_bytes": file_bytes, "parse_s": float(parse_s),
             "load_s": load_s, "load_ratio": float(parse_s) / load_s,
             "rss_ratio": (rss - base) / file_bytes, "index_build_s": build_s,
@@ -538,6 +546,7 @@ def index_figures(size: int) -> dict[str, Any]:
             "index_counted_opens": reads["counted_opens"],
             "index_bytes": idx.stat().st_size,
             "first_answer_files_s": files_first, "first_answer_index_s": idx_first,
+            "first_answer_again_s": again_first, "serve_again_rss": again_mem["VmRSS"],
             "serve_files_rss": files_mem["VmRSS"], "serve_index_rss": idx_mem["VmRSS"],
             "serve_index_anon": idx_mem["RssAnon"]}
 
@@ -616,6 +625,10 @@ def targets(t: Throughput | None, index: list[dict[str, Any]]) -> list[str]:
         rows.append((f"first answer from files, {i['records']} records: <= 10 s",
                      f"{i['first_answer_files_s']:.1f} s", "—",
                      _met(i["first_answer_files_s"], 10, at_least=False)))
+        if "first_answer_again_s" in i:  # (figures of an earlier bench may lack it)
+            rows.append((f"a second start from files, {i['records']} records: first answer "
+                         "<= 2 s", f"{i['first_answer_again_s']:.2f} s", "—",
+                         _met(i["first_answer_again_s"], 2, at_least=False)))
         rows.append((f"`index`, {i['records']} records: <= 30 s",
                      f"{i['index_build_s']:.1f} s", "—",
                      _met(i["index_build_s"], 30, at_least=False)))

@@ -17,6 +17,7 @@ import click
 import orjson
 
 from . import __version__
+from .commands import cache as caching
 from .commands import exits
 from .commands import inspect as inspecting
 from .commands.command import MAX_ATTEMPTS
@@ -126,7 +127,9 @@ def serve(paths: tuple[str, ...], **options: Any) -> None:
     Batch input + output files, lm-evaluation-harness --log_samples output, inspect_ai
     logs (.eval, .json), olmo-eval and oe-eval output directories, lighteval
     --save-details output (needs the `parquet` extra), evalscope work directories; or one
-    index file (`replay-server index`). Point any harness at it with OPENAI_BASE_URL=http://HOST:PORT/v1.
+    index file (`replay-server index`). Saved files are served through an index built
+    the first time and kept in the cache (`replay-server cache`), opened again at every
+    later start while they are the same. Point any harness at it with OPENAI_BASE_URL=http://HOST:PORT/v1.
     With --upstream URL --out FILE, a request for a model the saved runs lack (a judge)
     goes to URL and is saved to FILE; a saved model is never forwarded.
     """
@@ -248,6 +251,23 @@ def build_index(paths: tuple[str, ...], output: Path, skip_bad_lines: bool,
     except LoadError as error:
         _fail(error)
     sys.exit(code)
+
+
+@main.command("cache", epilog=exits.epilog("cache"))
+@click.option("--clear", is_flag=True,
+              help="Remove every index in the cache, and say what that freed (fetched "
+                   "objects are kept; a server serving an index keeps its copy open).")
+def cache(clear: bool) -> None:
+    """Show replay-server's cache: where it is, each index that saved files were served
+    through (what it was built from, its size, when it was built and last used) and the
+    total; or clear the indexes.
+
+    `serve` and `run` build an index of the saved files they are given into the cache
+    the first time, and open it again at every later start while the files are the same
+    (a changed file is indexed again). The cache is $REPLAY_SERVER_CACHE, else
+    $XDG_CACHE_HOME/replay-server (~/.cache/replay-server).
+    """
+    sys.exit(caching.clear_indexes(_say) if clear else caching.show(_say))
 
 
 @main.command("compare", epilog=exits.epilog("compare"))

@@ -72,8 +72,9 @@ class Settings:
         "body) from its first byte; a slower one is disconnected, so that trickling "
         "clients cannot hold connections forever.")
     workers: int = _setting(
-        1, "Worker processes. More than 1 needs an index file (`replay-server index`), "
-        "which the workers share; a run whose prompts saved several different samples "
+        1, "Worker processes, sharing the run's index file (one given, or the one saved "
+        "files are served through, kept in the cache); a run whose prompts saved several "
+        "different samples "
         "(repeats, handed out one by one) needs --state too.")
     state: str | None = _setting(
         None, "Keep the replay's state (the repeats cursors, the counts, the misses) in "

@@ -250,7 +250,8 @@ def test_every_command_s_help_ends_with_its_exit_statuses() -> None:
     """In one form for every command; the command reference and the errors page are
     generated from the same table."""
     commands = [name for name, c in main.commands.items() if not c.hidden]
-    assert commands == ["serve", "inspect", "convert", "record", "index", "compare", "run"]
+    assert commands == ["serve", "inspect", "convert", "record", "index", "cache", "compare",
+                        "run"]
     for name in commands:
         statuses = exit_statuses(name)
         assert statuses[-1] == "0" and "2" in statuses, (name, statuses)

@@ -47,6 +47,7 @@ EXITS: dict[str, tuple[Exit, ...]] = {
                Exit(DONE, "stopped by Ctrl-C (SIGINT) or SIGTERM (it drains, then prints "
                     "what it recorded)")),
     "index": (*_WRITE, Exit(DONE, "written")),
+    "cache": (Exit(BAD, "a bad option"), Exit(DONE, "shown, or cleared")),
     "compare": (Exit(BAD, "bad input: a bad file, an option naming what is not there, "
                      "pairing across harnesses without --report"),
                 Exit(DIFFER, "a paired verdict differs, or something could not be paired"),

@@ -17,8 +17,8 @@ import orjson
 
 from ..errors import LoadError, shown_file
 from ..index import file as index_file
-from ..index.index import Index, prompt_of
-from ..index.loading import load, report_lines
+from ..index import heap
+from ..index.cache import Options, open_cached
 from ..saved.loader import Plan, is_index, progress_bar, tokenizer_of
 from ..saved.local_tokenizer import LocalTokenizer
 from ..saved.objects import fetch
@@ -34,9 +34,10 @@ from ..wire.families import family_of
 
 @dataclass
 class Opened:
-    """A saved run ready to serve: loaded from its files, or opened from an index file."""
+    """A saved run ready to serve, from an index file: the one given, or the one the cache
+    keeps for the saved files given (`index/cache.py`)."""
 
-    index: Index
+    index: index_file.StoredIndex
     report: list[str]
     examples: list[tuple[str, str, dict[str, Any]]]  # (endpoint, model, keyed prompt)
     inputs: Plan  # the files it came from: what no output may replace (Plan.refuse_output)
@@ -52,14 +53,12 @@ def open_run(paths: Sequence[str | Path], settings: Settings) -> Opened:
     fetched = fetch(paths, lambda total, what: progress_bar(total, what, True))
     paths = fetched.paths  # a URL's local copy in its place: an index file may be one
     indexes = [Path(p) for p in paths if is_index(Path(p))]
-    if not indexes:
-        loaded = load(paths, skip_bad_lines=settings.skip_bad_lines,
-                      aliases=settings.aliases(), max_line=settings.max_line_size,
-                      tokenizer=settings.tokenizer)
-        examples = [(r.endpoint, r.model, prompt_of(r))
-                    for _, r in sorted(loaded.examples.items())]
-        return Opened(loaded.index, fetched.notes + report_lines(loaded), examples,
-                      loaded.plan, loaded.ctx.tokenizer, paths)
+    if not indexes:  # saved files: served through their index, kept in the cache
+        cached = open_cached(paths, Options(settings.skip_bad_lines, settings.max_line_size,
+                                            settings.tokenizer), settings.aliases(),
+                             fetched.urls)
+        return Opened(cached.index, fetched.notes + cached.report, cached.examples,
+                      cached.inputs, cached.tokenizer, [cached.index.path])
     if len(paths) > 1:
         raise LoadError(str(indexes[0]), None, "an index file is served on its own; build "
                         "one index from all the saved files with `replay-server index`")
@@ -177,6 +176,7 @@ def _serve(paths: Sequence[str | Path], settings: Settings, say: Callable[[str],
         # requests.
         gc.collect()
         gc.freeze()
+        heap.trim()  # what the collection freed too (after a load: its free lists' blocks)
         sock, _ = _ready(opened, settings, say)
         run_uvicorn(app, sock, settings)
         say("replay-server: stopped")

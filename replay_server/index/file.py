@@ -37,7 +37,7 @@ from __future__ import annotations
 import sqlite3
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +83,10 @@ PRAGMA locking_mode=EXCLUSIVE; PRAGMA cache_size=-65536;
 """
 
 
-def write(loaded: Loaded, out: Path) -> int:
+def write(loaded: Loaded, out: Path, notes: Mapping[str, str] | None = None) -> int:
     """Compile a loaded run into `out` (written beside it, then renamed); returns the
-    number of prompts."""
+    number of prompts. `notes` are more `meta` rows, sealed with the rest (the index
+    cache keeps the load's report there)."""
     loaded.plan.refuse_output(out)
     with written_whole(out) as tmp:
         db = sqlite3.connect(tmp)
@@ -98,7 +99,7 @@ def write(loaded: Loaded, out: Path) -> int:
         meta = {"format": FORMAT, "version": str(VERSION), "key_version": str(keys.KEY_VERSION),
                 "built": str(time.time()), **sources.record(loaded.plan),
                 "cursor_prompts": str(cursors), "tokenizer": _tokenizer_meta(loaded.index),
-                "content": loaded.index.content}
+                "content": loaded.index.content, **(notes or {})}
         meta["seal"] = _start_seal(meta, *_start_rows(db))
         db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
         db.commit()

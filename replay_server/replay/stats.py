@@ -35,7 +35,6 @@ forgets nothing counted here, so a miss of the first pass still fails the run.
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from collections import Counter, deque
@@ -408,16 +407,20 @@ class Stats:
     def unused_examples(self, model: str, limit: int = 5) -> dict[str, tuple[int, int]]:
         """Where saved samples that no request used came from: the first `limit` distinct
         places (FILE:LINE, as saved), each once, with its unused and saved samples (one
-        line may hold several: lm-eval's repeats, or a multiple-choice doc's prompts)."""
-        counts: dict[str, list[int]] = {}
+        line may hold several: lm-eval's repeats, or a multiple-choice doc's prompts).
+        First in saved order (an exchange's `start`, its place among the saved bodies),
+        whichever order the index gives its entries in (an index file's: by key)."""
+        counts: dict[str, list[int]] = {}  # place: [unused, saved, its first start]
         for value in self.index.models[model].entries.values():
             for instance in entry_of(value).instances:
                 for exchange in instance.exchanges:
-                    place = counts.setdefault(exchange.where, [0, 0])
+                    place = counts.setdefault(exchange.where, [0, 0, exchange.start])
                     place[0] += exchange.n - self.used.get(exchange.start, 0).bit_count()
                     place[1] += exchange.n
-        unused = ((where, (n, of)) for where, (n, of) in counts.items() if n)
-        return dict(itertools.islice(unused, limit))
+                    place[2] = min(place[2], exchange.start)
+        unused = sorted((first, where, (n, of)) for where, (n, of, first) in counts.items()
+                        if n)
+        return {where: counted for _, where, counted in unused[:limit]}
 
     def per_model(self) -> dict[str, dict[str, int]]:
         return {name: {**{k: self.counts[name][k] for k in OUTCOMES},

@@ -47,14 +47,21 @@ def is_url(argument: str | Path) -> bool:
     return isinstance(argument, str) and _URL.match(argument) is not None
 
 
-def cache_dir() -> Path:
-    """`$REPLAY_SERVER_CACHE`, else `$XDG_CACHE_HOME/replay-server/objects` (by default
-    `~/.cache/replay-server/objects`): a plain folder, removed to clear it."""
+def cache_root() -> Path:
+    """replay-server's cache: `$REPLAY_SERVER_CACHE`, else `$XDG_CACHE_HOME/replay-server`
+    (by default `~/.cache/replay-server`). It holds `objects/` (the fetched objects, here)
+    and `indexes/` (the index files saved files are served through, `index/cache.py`):
+    plain folders, each removed to clear it."""
     own = os.environ.get("REPLAY_SERVER_CACHE")
     if own:
         return Path(own).expanduser().absolute()
     base = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser().absolute()
-    return base / "replay-server" / "objects"
+    return base / "replay-server"
+
+
+def cache_dir() -> Path:
+    """Where fetched objects are kept: `objects/` in the cache (`cache_root`)."""
+    return cache_root() / "objects"
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """`serve --workers N`: several processes answering from one shared index file.
 
-Only an index file (`replay-server index`) can be served by several workers: each opens
-it read-only through a shared memory map, so N workers hold one copy of the run, not N.
+Every run is served from an index file (one given, or the one saved files are served
+through, index/cache.py): each worker opens it read-only through a shared memory map, so
+N workers hold one copy of the run, not N.
 The one piece of state a replay keeps, the per-prompt cursor that hands out different
 saved samples to successive n=1 calls, would be split between workers; so a run that
 needs it (prompts with several different saved samples, or --allow-ambiguous) is refused
@@ -33,7 +34,6 @@ import uvicorn
 
 from ..errors import LoadError
 from ..index.file import StoredIndex
-from ..index.index import Index
 from ..index.samples import Rules
 from ..replay.state import shared
 from ..saved.loader import tokenizer_of
@@ -45,12 +45,9 @@ from .listen import stop_requested, uvicorn_config
 GRACE_S = 40.0  # a worker drains for up to 30 s (uvicorn_config) before it is killed
 
 
-def check(index: Index, settings: Settings) -> None:
+def check(index: StoredIndex, settings: Settings) -> None:
     """Raise LoadError unless this run can be served by several workers (with --state:
     unless the store can be reached and holds this run, or none, under the prefix)."""
-    if not isinstance(index, StoredIndex):
-        raise LoadError("--workers", None, "several workers need an index file: build one "
-                        "with `replay-server index PATHS -o RUN.idx`, then serve RUN.idx")
     if settings.state is None and (index.needs_cursor() or settings.allow_ambiguous):
         raise LoadError(str(index.path), None, f"{index.needs_cursor()} prompt(s) saved "
                         "several different samples, which n=1 calls get one by one in saved "

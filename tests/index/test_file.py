@@ -201,13 +201,25 @@ def test_several_workers_share_one_index(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_workers_are_refused_without_an_index_or_with_ordered_samples(built: Path) -> None:
-    plain = subprocess.run([*CLI, "serve", "examples", "--workers", "2"], capture_output=True,
-                           text=True, cwd=ROOT)
-    assert plain.returncode == 2 and "several workers need an index file" in plain.stderr
-    ordered = subprocess.run([*CLI, "serve", str(built), "--workers", "2"],
-                             capture_output=True, text=True, cwd=ROOT)
-    assert ordered.returncode == 2 and "serve this run with --workers 1" in ordered.stderr
+def test_workers_serve_saved_files_through_their_index(tmp_path: Path) -> None:
+    """Saved files are served through the index the cache keeps for them: several
+    workers share it as they share an index file given."""
+    saved = write_jsonl(tmp_path / "run.jsonl", [
+        chat_record(f"q{i}", chat_response(f"a{i}"), line=i) for i in range(50)])
+    with spawn("serve", str(saved), "--workers", "2", "--log-level", "warning") as server, \
+            openai.OpenAI(base_url=server.url, api_key="x") as client:
+        for i in range(50):
+            r = client.chat.completions.create(model="test/model", messages=user(f"q{i}"))
+            assert r.choices[0].message.content == f"a{i}"
+    assert "replay-server: indexed into the cache: " in server.output
+
+
+@pytest.mark.slow
+def test_workers_are_refused_with_ordered_samples(built: Path) -> None:
+    for run in ("examples", str(built)):  # saved files, and an index file
+        ordered = subprocess.run([*CLI, "serve", run, "--workers", "2"],
+                                 capture_output=True, text=True, cwd=ROOT)
+        assert ordered.returncode == 2 and "serve this run with --workers 1" in ordered.stderr
 
 
 def test_the_index_keeps_the_recorded_tokenizer_answers(tmp_path: Path) -> None:

@@ -92,5 +92,6 @@ def test_a_cache_that_cannot_hold_an_object_is_told_from_a_store_that_cannot_giv
                           capture_output=True, text=True, timeout=120, preexec_fn=small_files)
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: s3://big/run.jsonl: cannot be written into the "
-                                  f"cache ({tmp_path / 'c'}): File too large"), done.stderr
+                                  f"cache ({tmp_path / 'c' / 'objects'}): File too large"), \
+        done.stderr
     assert not list((tmp_path / "c").rglob("*.part"))

@@ -103,7 +103,7 @@ def test_the_cache_is_where_the_environment_says(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert objects.cache_dir() == tmp_path / "replay-server" / "objects"
     monkeypatch.setenv("REPLAY_SERVER_CACHE", str(tmp_path / "mine"))
-    assert objects.cache_dir() == tmp_path / "mine"
+    assert objects.cache_dir() == tmp_path / "mine" / "objects"
 
 
 def test_a_cached_copy_is_named_by_its_url_in_errors(monkeypatch: pytest.MonkeyPatch,
@@ -145,6 +145,7 @@ def test_serve_from_a_prefix_answers_as_the_local_file_and_starts_again_from_the
         assert f"1 from object storage, {fetched} fetched, {1 - fetched} from the cache" \
             in server.output
         assert s3.gets("serve") == 1  # the second start fetched nothing
+        assert ("these files were indexed before" in server.output) == (not fetched)
 
 
 @pytest.mark.slow
@@ -155,10 +156,14 @@ def test_a_changed_object_is_fetched_again_and_an_index_of_it_is_stale(
     assert "s3://change/run.jsonl" in index.read_bytes().decode("latin-1")
     with served(s3, tmp_path, str(index)) as server:
         assert ask(server.url, "What is 2+2?") == ("4", "s3://change/run.jsonl:1")
+    with served(s3, tmp_path, "s3://change/run.jsonl") as server:
+        assert ask(server.url, "What is 2+2?")[0] == "4"
     s3.bucket("change", {"run.jsonl": line("What is 2+2?", "four")})
     with served(s3, tmp_path, "s3://change/run.jsonl") as server:
         assert ask(server.url, "What is 2+2?")[0] == "four"
     assert s3.gets("change") == 2
+    # the index of the object's old content is gone with it (the same URL: the same inputs)
+    assert len(list((tmp_path / "c" / "indexes").glob("*.idx"))) == 1
     stale = cli(s3, tmp_path, "serve", str(index))
     assert stale.returncode == 2
     assert "s3://change/run.jsonl (changed)" in stale.stderr
