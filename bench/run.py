@@ -38,6 +38,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,7 +50,8 @@ import orjson
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-DATA = HERE / ".data"
+# the generated runs (a 1M-record run is some 3 GB): BENCH_DATA puts them elsewhere
+DATA = Path(os.environ.get("BENCH_DATA", HERE / ".data"))
 RESULTS = HERE / "results"
 PY = sys.executable
 MODEL = "bench/model"
@@ -498,6 +500,20 @@ try:
 except SystemExit as e:
     code = e.code
 print(json.dumps(list(inputs.values())))
+import resource
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+sys.exit(code)
+'''
+# `replay-server ARGS`, then its peak resident memory (bytes) on the last line of stdout
+_PEAK = r'''
+import resource, sys
+from replay_server.cli import main
+code = 0
+try:
+    main(sys.argv[1:], prog_name="replay-server")
+except SystemExit as e:
+    code = e.code
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 sys.exit(code)
 '''
 
@@ -548,7 +564,8 @@ def index_figures(size: int) -> dict[str, Any]:
     built = subprocess.run([PY, "-c", _INDEX, str(run), str(idx)], cwd=ROOT, check=True,
                            capture_output=True, text=True)
     build_s = time.monotonic() - start
-    [reads] = orjson.loads(built.stdout.strip().splitlines()[-1])
+    *_, counted, peak = built.stdout.strip().splitlines()
+    [reads] = orjson.loads(counted)
     files_first, files_mem = first_answer(run, run)
     idx_first, idx_mem = first_answer(idx, run)
     return {"records": int(n), "file_bytes": file_bytes, "parse_s": float(parse_s),
@@ -556,10 +573,55 @@ def index_figures(size: int) -> dict[str, Any]:
             "rss_ratio": (rss - base) / file_bytes, "index_build_s": build_s,
             "index_read_ratio": reads["bytes"] / file_bytes, "index_opens": reads["opens"],
             "index_counted_opens": reads["counted_opens"],
-            "index_bytes": idx.stat().st_size,
+            "index_bytes": idx.stat().st_size, "index_peak_rss": int(peak),
             "first_answer_files_s": files_first, "first_answer_index_s": idx_first,
             "serve_files_rss": files_mem["VmRSS"], "serve_index_rss": idx_mem["VmRSS"],
             "serve_index_anon": idx_mem["RssAnon"]}
+
+
+def short_figures(size: int) -> dict[str, Any]:
+    """A run of `size` short exchanges (bench/gen_run.py --short, some 450 bytes each),
+    generated on the fly and deleted after: `index` time and peak memory, the index's
+    size, the first answer from it and `serve`'s memory then."""
+    print(f"short exchanges: {size} records", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-short-", dir=DATA) as folder:
+        run, idx = Path(folder) / "short.jsonl", Path(folder) / "short.idx"
+        subprocess.run([PY, str(HERE / "gen_run.py"), str(run), "--records", str(size),
+                        "--short"], check=True, cwd=ROOT)
+        start = time.monotonic()
+        built = subprocess.run([PY, "-c", _PEAK, "index", str(run), "-o", str(idx)],
+                               cwd=ROOT, check=True, capture_output=True, text=True)
+        build_s = time.monotonic() - start
+        first_s, mem = first_answer(idx, run)
+        return {"records": size, "file_bytes": run.stat().st_size, "index_build_s": build_s,
+                "index_peak_rss": int(built.stdout.split()[-1]),
+                "index_bytes": idx.stat().st_size, "first_answer_index_s": first_s,
+                "serve_index_rss": mem["VmRSS"], "serve_index_anon": mem["RssAnon"]}
+
+
+# the figures of the short runs, compared from the smallest to the largest run
+SHORT = (("file_bytes", "file MB", 1e6), ("index_build_s", "`index` s", 1),
+         ("index_peak_rss", "`index` peak RSS MB", 1e6), ("index_bytes", "index MB", 1e6),
+         ("first_answer_index_s", "first answer: index s", 1),
+         ("serve_index_rss", "serve RSS MB: index", 1e6),
+         ("serve_index_anon", "serve RSS MB: index, anon", 1e6))
+
+
+def short_lines(short: list[dict[str, Any]]) -> list[str]:
+    """The short runs side by side, and each figure's ratio of the largest to the
+    smallest run beside the ratio of their records (a figure that grows no faster than
+    the records has a ratio no larger)."""
+    lines = ["| records | " + " | ".join(name for _, name, _ in SHORT) + " |",
+             "| --- |" + " --- |" * len(SHORT)]
+    for s in short:
+        lines.append(f"| {s['records']} | " + " | ".join(
+            f"{s[key] / unit:.2f}" if unit == 1 else f"{s[key] / unit:.0f}"
+            for key, _, unit in SHORT) + " |")
+    if len(short) > 1:
+        low, high = short[0], short[-1]
+        lines.append(f"| ratio {high['records'] / low['records']:.0f}x records | " + " | ".join(
+            f"{high[key] / low[key]:.2f}" for key, _, _ in SHORT) + " |")
+    return lines
 
 
 def _commit() -> str:
@@ -709,8 +771,9 @@ def index_lines(index: list[dict[str, Any]]) -> list[str]:
     lines = ["| records | file MB | orjson parse s | load s | load rate x parse | "
              "RSS x file (loaded) | `index` s | `index` read x file (opens) | index MB | "
              "first answer: files s | first answer: index s | serve RSS MB (x file): files | "
-             "serve RSS MB (x file): index, anon |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "serve RSS MB (x file): index, anon | `index` peak RSS MB (x file) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
+             "--- |"]
     for i in index:
         size = i["file_bytes"]
         lines.append(
@@ -721,12 +784,14 @@ def index_lines(index: list[dict[str, Any]]) -> list[str]:
             f"{i['first_answer_index_s']:.2f} | "
             f"{i['serve_files_rss'] / 1e6:.0f} ({i['serve_files_rss'] / size:.2f}) | "
             f"{i['serve_index_rss'] / 1e6:.0f} ({i['serve_index_rss'] / size:.2f}), "
-            f"{i['serve_index_anon'] / 1e6:.0f} ({i['serve_index_anon'] / size:.2f}) |")
+            f"{i['serve_index_anon'] / 1e6:.0f} ({i['serve_index_anon'] / size:.2f}) | "
+            + (f"{i['index_peak_rss'] / 1e6:.0f} ({i['index_peak_rss'] / size:.2f}) |"
+               if "index_peak_rss" in i else "- |"))
     return lines
 
 
 def report(t: Throughput | None, index: list[dict[str, Any]], args: argparse.Namespace,
-           seconds: float) -> str:
+           seconds: float, short: list[dict[str, Any]] | None = None) -> str:
     lines = ["# Benchmark report", "",
              f"Generated by `make bench` (`python bench/run.py{' --quick' if args.quick else ''}"
              f"`) on {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores (1-minute load "
@@ -766,6 +831,15 @@ def report(t: Throughput | None, index: list[dict[str, Any]], args: argparse.Nam
                   f"{args.index_note}"
                   f"{' (taken from ' + str(args.index_from) + ')' if args.index_from else ''}"
                   ".", "", *index_lines(index)]
+    if short:
+        lines += ["", "## Ten million records: short exchanges", "",
+                  "Runs of short chat exchanges (`bench/gen_run.py --short`, some 450 bytes "
+                  "each), generated for the measure and deleted after: `index` (wall time, a "
+                  "Python start included, and its peak resident memory), the index file, "
+                  "the first answer of `serve` from it and `serve`'s memory then. The last "
+                  "row divides the largest run's figures by the smallest's: a figure that "
+                  "grows no faster than the records has a ratio no larger than theirs. "
+                  f"Measured {args.index_note}.", "", *short_lines(short)]
     return "\n".join(lines) + "\n"
 
 
@@ -811,6 +885,9 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
     parser.add_argument("--sizes", default="100000,1000000",
                         help="synthetic run sizes for the index figures (comma-separated)")
+    parser.add_argument("--short-sizes", default="1000000,10000000",
+                        help="sizes of the runs of short exchanges, generated for the measure "
+                        "and deleted after (comma-separated; empty: none)")
     parser.add_argument("--no-throughput", action="store_true",
                         help="the index figures only")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the report goes")
@@ -825,7 +902,7 @@ def main() -> None:
                         "PATH by default")
     args = parser.parse_args()
     if args.quick:
-        args.rounds, args.duration, args.sizes = 1, 3, "20000"
+        args.rounds, args.duration, args.sizes, args.short_sizes = 1, 3, "20000", "20000,200000"
     if not shutil.which("wrk"):
         sys.exit("bench needs wrk: sudo apt-get install wrk")
     start = time.monotonic()
@@ -839,12 +916,16 @@ def main() -> None:
     if args.index_from:
         saved = orjson.loads(args.index_from.read_bytes())
         index, args.index_note = saved["figures"], saved["measured"]
+        short = saved.get("short", [])
     else:
         index = [index_figures(int(s)) for s in args.sizes.split(",") if s]
+        DATA.mkdir(exist_ok=True)
+        short = [short_figures(int(s)) for s in args.short_sizes.split(",") if s]
         args.index_note = f"{time.strftime('%Y-%m-%d %H:%M')} at commit {_commit()}"
         (args.out / "index-figures.json").write_bytes(orjson.dumps(
-            {"measured": args.index_note, "figures": index}, option=orjson.OPT_INDENT_2))
-    text = report(t, index, args, time.monotonic() - start)
+            {"measured": args.index_note, "figures": index, "short": short},
+            option=orjson.OPT_INDENT_2))
+    text = report(t, index, args, time.monotonic() - start, short)
     if t is not None and plot(t, args.out / "throughput.png"):
         text += ("\n![requests/s and p99 at c=64: each workload beside its same-bytes "
                  "ceiling](throughput.png)\n")
