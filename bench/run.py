@@ -580,7 +580,7 @@ def index_figures(size: int) -> dict[str, Any]:
 
 
 def short_figures(size: int) -> dict[str, Any]:
-    """A run of `size` short exchanges (bench/gen_run.py --short, some 450 bytes each),
+    """A run of `size` short exchanges (bench/gen_run.py --short, some 560 bytes each),
     generated on the fly and deleted after: `index` time and peak memory, the index's
     size, the first answer from it and `serve`'s memory then."""
     print(f"short exchanges: {size} records", flush=True)
@@ -833,7 +833,7 @@ def report(t: Throughput | None, index: list[dict[str, Any]], args: argparse.Nam
                   ".", "", *index_lines(index)]
     if short:
         lines += ["", "## Ten million records: short exchanges", "",
-                  "Runs of short chat exchanges (`bench/gen_run.py --short`, some 450 bytes "
+                  "Runs of short chat exchanges (`bench/gen_run.py --short`, some 560 bytes "
                   "each), generated for the measure and deleted after: `index` (wall time, a "
                   "Python start included, and its peak resident memory), the index file, "
                   "the first answer of `serve` from it and `serve`'s memory then. The last "
