@@ -34,6 +34,7 @@ import base64
 import os
 import re
 import shutil
+import socket
 import sqlite3
 import statistics
 import subprocess
@@ -524,19 +525,28 @@ def _status(pid: int) -> dict[str, int]:
             for k in ("VmRSS", "RssAnon", "RssFile")}
 
 
+def _free_port() -> int:
+    """A port free on 127.0.0.1 now (the machine is shared: another bench may hold any
+    fixed one)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def first_answer(target: Path, run: Path) -> tuple[float, dict[str, int]]:
     """Seconds from starting `serve` until it answers a saved prompt, and its memory then."""
     with run.open("rb") as f:
         request = orjson.loads(f.readline())["request"]
+    port = _free_port()
     start = time.monotonic()
-    proc = subprocess.Popen([PY, "-m", "replay_server", "serve", str(target), "--port", "18990",
+    proc = subprocess.Popen([PY, "-m", "replay_server", "serve", str(target), "--port", str(port),
                              "--log-level", "error"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
         path = "/v1/chat/completions" if "messages" in request else "/v1/completions"
         while True:
             try:
-                r = httpx.post(f"http://127.0.0.1:18990{path}", json=request, timeout=5)
+                r = httpx.post(f"http://127.0.0.1:{port}{path}", json=request, timeout=5)
                 if r.status_code == 200:
                     break
             except httpx.HTTPError:
