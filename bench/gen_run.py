@@ -8,6 +8,7 @@ saves them (one delta per word piece, as vLLM sends about one per token).
 
     python bench/gen_run.py OUT.jsonl --records 100000 [--completions-share 0.2]
         [--responses-share 0] [--recorded-streams-share 0]
+    python bench/gen_run.py OUT.jsonl --records 10000000 --short
 """
 
 from __future__ import annotations
@@ -110,11 +111,35 @@ def responses_record(i: int, rng: random.Random) -> dict[str, object]:
     }
 
 
+def short_record(i: int, rng: random.Random) -> dict[str, object]:
+    """A short chat exchange, some 560 bytes: a one-line question and its answer (the runs
+    of ten million records, where the count weighs, not the bytes)."""
+    a, b = i % 89, i % 97
+    return {
+        "replay_record": 1, "endpoint": "/v1/chat/completions", "model": MODEL,
+        "request": {"model": MODEL, "messages": [
+            {"role": "user", "content": f"Question {i}: how many apples are {a} and {b}?"}],
+            "max_tokens": 16, "temperature": 0.0},
+        "response": {
+            "id": f"chatcmpl-{i:08x}", "object": "chat.completion", "created": 1767225600,
+            "model": MODEL,
+            "choices": [{"index": 0, "message": {"role": "assistant",
+                                                 "content": f"{a + b} apples."},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 4, "total_tokens": 24}},
+        "source": {"harness": "bench", "instance": f"doc-{i}"},
+    }
+
+
 def write(path: Path, records: int, completions_share: float, seed: int = 0,
-          responses_share: float = 0.0, recorded_streams_share: float = 0.0) -> None:
+          responses_share: float = 0.0, recorded_streams_share: float = 0.0,
+          short: bool = False) -> None:
     rng = random.Random(seed)
     with path.open("wb") as f:
         for i in range(records):
+            if short:
+                f.write(orjson.dumps(short_record(i, rng)) + b"\n")
+                continue
             pick = rng.random()
             if pick < completions_share:
                 make = completion_record
@@ -137,9 +162,11 @@ def main() -> None:
                         help="share of /v1/responses records")
     parser.add_argument("--recorded-streams-share", type=float, default=0.0,
                         help="share of chat records saved as recorded streams (frames)")
+    parser.add_argument("--short", action="store_true",
+                        help="short chat exchanges only (some 560 bytes each), no shares")
     args = parser.parse_args()
     write(args.out, args.records, args.completions_share, responses_share=args.responses_share,
-          recorded_streams_share=args.recorded_streams_share)
+          recorded_streams_share=args.recorded_streams_share, short=args.short)
 
 
 if __name__ == "__main__":

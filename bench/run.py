@@ -35,10 +35,12 @@ import base64
 import os
 import re
 import shutil
+import socket
 import sqlite3
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,7 +55,8 @@ from bench import peers  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-DATA = HERE / ".data"
+# the generated runs (a 1M-record run is some 3 GB): BENCH_DATA puts them elsewhere
+DATA = Path(os.environ.get("BENCH_DATA", HERE / ".data"))
 RESULTS = HERE / "results"
 PY = sys.executable
 MODEL = "bench/model"
@@ -478,6 +481,20 @@ try:
 except SystemExit as e:
     code = e.code
 print(json.dumps(list(inputs.values())))
+import resource
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+sys.exit(code)
+'''
+# `replay-server ARGS`, then its peak resident memory (bytes) on the last line of stdout
+_PEAK = r'''
+import resource, sys
+from replay_server.cli import main
+code = 0
+try:
+    main(sys.argv[1:], prog_name="replay-server")
+except SystemExit as e:
+    code = e.code
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 sys.exit(code)
 '''
 
@@ -488,13 +505,22 @@ def _status(pid: int) -> dict[str, int]:
             for k in ("VmRSS", "RssAnon", "RssFile")}
 
 
+def _free_port() -> int:
+    """A port free on 127.0.0.1 now (the machine is shared: another bench may hold any
+    fixed one)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def first_answer(target: Path, run: Path, cache: Path) -> tuple[float, dict[str, int]]:
     """Seconds from starting `serve` until it answers a saved prompt, and its memory then;
     with `cache` as replay-server's cache (saved files: the index cache, index/cache.py)."""
     with run.open("rb") as f:
         request = orjson.loads(f.readline())["request"]
+    port = _free_port()
     start = time.monotonic()
-    proc = subprocess.Popen([PY, "-m", "replay_server", "serve", str(target), "--port", "18990",
+    proc = subprocess.Popen([PY, "-m", "replay_server", "serve", str(target), "--port", str(port),
                              "--log-level", "error"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, cwd=ROOT,
                             env={**os.environ, "REPLAY_SERVER_CACHE": str(cache)})
@@ -502,7 +528,7 @@ def first_answer(target: Path, run: Path, cache: Path) -> tuple[float, dict[str,
         path = "/v1/chat/completions" if "messages" in request else "/v1/completions"
         while True:
             try:
-                r = httpx.post(f"http://127.0.0.1:18990{path}", json=request, timeout=5)
+                r = httpx.post(f"http://127.0.0.1:{port}{path}", json=request, timeout=5)
                 if r.status_code == 200:
                     break
             except httpx.HTTPError:
@@ -530,7 +556,8 @@ def index_figures(size: int) -> dict[str, Any]:
     built = subprocess.run([PY, "-c", _INDEX, str(run), str(idx)], cwd=ROOT, check=True,
                            capture_output=True, text=True)
     build_s = time.monotonic() - start
-    [reads] = orjson.loads(built.stdout.strip().splitlines()[-1])
+    *_, counted, peak = built.stdout.strip().splitlines()
+    [reads] = orjson.loads(counted)
     cache = DATA / "cache"  # the bench's own, empty: the first start builds, the next opens
     shutil.rmtree(cache, ignore_errors=True)
     try:
@@ -544,11 +571,56 @@ def index_figures(size: int) -> dict[str, Any]:
             "rss_ratio": (rss - base) / file_bytes, "index_build_s": build_s,
             "index_read_ratio": reads["bytes"] / file_bytes, "index_opens": reads["opens"],
             "index_counted_opens": reads["counted_opens"],
-            "index_bytes": idx.stat().st_size,
+            "index_bytes": idx.stat().st_size, "index_peak_rss": int(peak),
             "first_answer_files_s": files_first, "first_answer_index_s": idx_first,
             "first_answer_again_s": again_first, "serve_again_rss": again_mem["VmRSS"],
             "serve_files_rss": files_mem["VmRSS"], "serve_index_rss": idx_mem["VmRSS"],
             "serve_index_anon": idx_mem["RssAnon"]}
+
+
+def short_figures(size: int) -> dict[str, Any]:
+    """A run of `size` short exchanges (bench/gen_run.py --short, some 560 bytes each),
+    generated on the fly and deleted after: `index` time and peak memory, the index's
+    size, the first answer from it and `serve`'s memory then."""
+    print(f"short exchanges: {size} records", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-short-", dir=DATA) as folder:
+        run, idx = Path(folder) / "short.jsonl", Path(folder) / "short.idx"
+        subprocess.run([PY, str(HERE / "gen_run.py"), str(run), "--records", str(size),
+                        "--short"], check=True, cwd=ROOT)
+        start = time.monotonic()
+        built = subprocess.run([PY, "-c", _PEAK, "index", str(run), "-o", str(idx)],
+                               cwd=ROOT, check=True, capture_output=True, text=True)
+        build_s = time.monotonic() - start
+        first_s, mem = first_answer(idx, run, Path(folder) / "cache")
+        return {"records": size, "file_bytes": run.stat().st_size, "index_build_s": build_s,
+                "index_peak_rss": int(built.stdout.split()[-1]),
+                "index_bytes": idx.stat().st_size, "first_answer_index_s": first_s,
+                "serve_index_rss": mem["VmRSS"], "serve_index_anon": mem["RssAnon"]}
+
+
+# the figures of the short runs, compared from the smallest to the largest run
+SHORT = (("file_bytes", "file MB", 1e6), ("index_build_s", "`index` s", 1),
+         ("index_peak_rss", "`index` peak RSS MB", 1e6), ("index_bytes", "index MB", 1e6),
+         ("first_answer_index_s", "first answer: index s", 1),
+         ("serve_index_rss", "serve RSS MB: index", 1e6),
+         ("serve_index_anon", "serve RSS MB: index, anon", 1e6))
+
+
+def short_lines(short: list[dict[str, Any]]) -> list[str]:
+    """The short runs side by side, and each figure's ratio of the largest to the
+    smallest run beside the ratio of their records (a figure that grows no faster than
+    the records has a ratio no larger)."""
+    lines = ["| records | " + " | ".join(name for _, name, _ in SHORT) + " |",
+             "| --- |" + " --- |" * len(SHORT)]
+    for s in short:
+        lines.append(f"| {s['records']} | " + " | ".join(
+            f"{s[key] / unit:.2f}" if unit == 1 else f"{s[key] / unit:.0f}"
+            for key, _, unit in SHORT) + " |")
+    if len(short) > 1:
+        low, high = short[0], short[-1]
+        lines.append(f"| ratio {high['records'] / low['records']:.0f}x records | " + " | ".join(
+            f"{high[key] / low[key]:.2f}" for key, _, _ in SHORT) + " |")
+    return lines
 
 
 def _commit() -> str:
@@ -715,8 +787,9 @@ def index_lines(index: list[dict[str, Any]]) -> list[str]:
     lines = ["| records | file MB | orjson parse s | load s | load rate x parse | "
              "RSS x file (loaded) | `index` s | `index` read x file (opens) | index MB | "
              "first answer: files s | first answer: index s | serve RSS MB (x file): files | "
-             "serve RSS MB (x file): index, anon |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "serve RSS MB (x file): index, anon | `index` peak RSS MB (x file) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
+             "--- |"]
     for i in index:
         size = i["file_bytes"]
         lines.append(
@@ -727,12 +800,14 @@ def index_lines(index: list[dict[str, Any]]) -> list[str]:
             f"{i['first_answer_index_s']:.2f} | "
             f"{i['serve_files_rss'] / 1e6:.0f} ({i['serve_files_rss'] / size:.2f}) | "
             f"{i['serve_index_rss'] / 1e6:.0f} ({i['serve_index_rss'] / size:.2f}), "
-            f"{i['serve_index_anon'] / 1e6:.0f} ({i['serve_index_anon'] / size:.2f}) |")
+            f"{i['serve_index_anon'] / 1e6:.0f} ({i['serve_index_anon'] / size:.2f}) | "
+            + (f"{i['index_peak_rss'] / 1e6:.0f} ({i['index_peak_rss'] / size:.2f}) |"
+               if "index_peak_rss" in i else "- |"))
     return lines
 
 
 def report(t: Throughput | None, index: list[dict[str, Any]], args: argparse.Namespace,
-           seconds: float) -> str:
+           seconds: float, short: list[dict[str, Any]] | None = None) -> str:
     lines = ["# Benchmark report", "",
              f"Generated by `make bench` (`python bench/run.py{' --quick' if args.quick else ''}"
              f"`) on {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores (1-minute load "
@@ -773,6 +848,15 @@ def report(t: Throughput | None, index: list[dict[str, Any]], args: argparse.Nam
                   f"{args.index_note}"
                   f"{' (taken from ' + str(args.index_from) + ')' if args.index_from else ''}"
                   ".", "", *index_lines(index)]
+    if short:
+        lines += ["", "## Ten million records: short exchanges", "",
+                  "Runs of short chat exchanges (`bench/gen_run.py --short`, some 560 bytes "
+                  "each), generated for the measure and deleted after: `index` (wall time, a "
+                  "Python start included, and its peak resident memory), the index file, "
+                  "the first answer of `serve` from it and `serve`'s memory then. The last "
+                  "row divides the largest run's figures by the smallest's: a figure that "
+                  "grows no faster than the records has a ratio no larger than theirs. "
+                  f"Measured {args.index_note}.", "", *short_lines(short)]
     return "\n".join(lines) + "\n"
 
 
@@ -818,6 +902,9 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
     parser.add_argument("--sizes", default="100000,1000000",
                         help="synthetic run sizes for the index figures (comma-separated)")
+    parser.add_argument("--short-sizes", default="1000000,10000000",
+                        help="sizes of the runs of short exchanges, generated for the measure "
+                        "and deleted after (comma-separated; empty: none)")
     parser.add_argument("--no-throughput", action="store_true",
                         help="the index figures only")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the report goes")
@@ -839,7 +926,7 @@ def main() -> None:
                         f"beside replay-server; {peers.CACHE}/mockllm by default")
     args = parser.parse_args()
     if args.quick:
-        args.rounds, args.duration, args.sizes = 1, 3, "20000"
+        args.rounds, args.duration, args.sizes, args.short_sizes = 1, 3, "20000", "20000,200000"
     if not shutil.which("wrk"):
         sys.exit("bench needs wrk: sudo apt-get install wrk")
     start = time.monotonic()
@@ -856,12 +943,16 @@ def main() -> None:
     if args.index_from:
         saved = orjson.loads(args.index_from.read_bytes())
         index, args.index_note = saved["figures"], saved["measured"]
+        short = saved.get("short", [])
     else:
         index = [index_figures(int(s)) for s in args.sizes.split(",") if s]
+        DATA.mkdir(exist_ok=True)
+        short = [short_figures(int(s)) for s in args.short_sizes.split(",") if s]
         args.index_note = f"{time.strftime('%Y-%m-%d %H:%M')} at commit {_commit()}"
         (args.out / "index-figures.json").write_bytes(orjson.dumps(
-            {"measured": args.index_note, "figures": index}, option=orjson.OPT_INDENT_2))
-    text = report(t, index, args, time.monotonic() - start)
+            {"measured": args.index_note, "figures": index, "short": short},
+            option=orjson.OPT_INDENT_2))
+    text = report(t, index, args, time.monotonic() - start, short)
     if t is not None and plot(t, args.out / "throughput.png"):
         text += ("\n![requests/s and p99 at c=64: each workload beside its same-bytes "
                  "ceiling](throughput.png)\n")
