@@ -647,32 +647,86 @@ def _met(value: float, limit: float, at_least: bool = True) -> str:
     return "yes" if (value >= limit if at_least else value <= limit) else "**no**"
 
 
-def targets(t: Throughput | None, index: list[dict[str, Any]]) -> list[str]:
-    """The issue's targets (Performance II): target, measured (median), met."""
+def targets(t: Throughput | None, index: list[dict[str, Any]],
+            short: list[dict[str, Any]] | None = None) -> list[str]:
+    """The issue's targets (Performance III), item by item: target, measured (median), the
+    rounds' spread, met."""
     rows: list[tuple[str, str, str, str]] = []  # target, median, rounds' spread, met
-    if t is not None:
-        for c in (64, 1):
-            for work, limit, own in (("chat", 0.7, False), ("chat-stream", 0.6, True),
-                                     ("chat-stream-recorded", 0.6, True),
-                                     ("responses", 0.7, False),
-                                     ("responses-stream", 0.6, True)):
-                den = (SAME, work, c) if own else (CEILING, "chat", c)
-                against = f"its same-bytes ceiling ({t.payloads[work]['bytes'] / 1e3:.0f} KB)" \
-                    if own else "the chat ceiling"
-                value = t.ratio((REPLAY, work, c), den)
-                rows.append((f"{work}, c={c}: req/s >= {limit}x {against}", _num(value),
-                             t.spread((REPLAY, work, c), den), _met(value, limit)))
-        for c in (64, 1):
-            num, den = (REPLAY, "completions-batch8", c), (REPLAY, "completions", c)
-            value = t.ratio(num, den, scale=8)
-            rows.append((f"completions, batch of 8, c={c}: prompts/s (req/s x 8) >= 0.7x "
-                         "`completions` (one prompt a request)", _num(value),
-                         t.spread(num, den, scale=8), _met(value, 0.7)))
-        for c in (64, 1):
-            num, den = (REPLAY, "miss", c), (REPLAY, "chat", c)
+    big = [i for i in index if i["records"] >= ONE_M]
+    # 1. a run served before starts at once
+    if big and "first_answer_again_s" in big[-1]:  # (figures of an earlier bench lack it)
+        i = big[-1]
+        rows.append((f"1. a second start from files, {i['records']} records: first answer "
+                     "<= 2 s", f"{i['first_answer_again_s']:.2f} s", "—",
+                     _met(i["first_answer_again_s"], 2, at_least=False)))
+    else:
+        rows.append(("1. a second start from files, 1M records: first answer <= 2 s",
+                     "not in these figures", "—", "not measured"))
+    # 2. a run never served before
+    if big:
+        i = big[-1]
+        rows.append((f"2. first answer from files never served, {i['records']} records: "
+                     "<= 10 s", f"{i['first_answer_files_s']:.1f} s", "—",
+                     _met(i["first_answer_files_s"], 10, at_least=False)))
+        rows.append((f"2. `index`, {i['records']} records: <= 30 s",
+                     f"{i['index_build_s']:.1f} s", "—",
+                     _met(i["index_build_s"], 30, at_least=False)))
+    else:
+        rows.append(("2. first answer from files (<= 10 s) and `index` (<= 30 s), 1M records",
+                     "sizes run: " + (", ".join(str(i["records"]) for i in index) or "none"),
+                     "—", "not measured"))
+    for i in index:
+        rows.append((f"2. load, {i['records']} records: rate >= 0.5x orjson's parse of the "
+                     "file", _num(i["load_ratio"]), "—", _met(i["load_ratio"], 0.5)))
+    for i in index:
+        value = i["serve_files_rss"] / i["file_bytes"]
+        rows.append((f"2. serve from files, {i['records']} records: RSS <= 0.5x the file",
+                     _num(value), "—", _met(value, 0.5, at_least=False)))
+    for i in index:
+        once = i["index_opens"] == i["index_counted_opens"] and i["index_read_ratio"] < 1.01
+        rows.append((f"2. `index`, {i['records']} records: reads each saved file once",
+                     f"{i['index_read_ratio']:.4f}x the file's bytes ({i['index_opens']} "
+                     "opens)", "—", "yes" if once else "**no**"))
+    # 3. ten million records: every figure grows no faster than the records
+    if short and len(short) > 1:
+        low, high = short[0], short[-1]
+        times = high["records"] / low["records"]
+        for key, name, _ in SHORT[1:]:
+            if key == "index_bytes":  # an index grows with its file's bytes, numbers longer
+                value = (high[key] / high["file_bytes"]) / (low[key] / low["file_bytes"])
+                rows.append((f"3. short exchanges, index bytes per saved byte: "
+                             f"{high['records']} vs {low['records']} records <= 1.01x",
+                             f"{value:.3f}x ({high[key] / low[key]:.2f}x the bytes)", "—",
+                             _met(value, 1.01, at_least=False)))
+                continue
+            value = high[key] / low[key]
+            rows.append((f"3. short exchanges, {name}: {high['records']} vs {low['records']} "
+                         f"records grows <= {times:.0f}x", f"{value:.2f}x", "—",
+                         _met(value, times, at_least=False)))
+    else:
+        rows.append(("3. short exchanges at 1M and 10M records", "not run", "—",
+                     "not measured"))
+    if t is None:
+        rows.append(("4.-6. streams, a request's cost, peers", "no throughput run", "—",
+                     "not measured"))
+    else:
+        # 4. streams near the cost of their bytes (c=64)
+        for work, limit in (("chat-stream", 0.5), ("responses-stream", 0.5),
+                            ("chat-stream-recorded", 0.6), ("completions-batch8", 0.5)):
+            num, den = (REPLAY, work, 64), (SAME, work, 64)
             value = t.ratio(num, den)
-            rows.append((f"misses, c={c}: req/s >= 0.3x chat hits", _num(value),
-                         t.spread(num, den), _met(value, 0.3)))
+            rows.append((f"4. {work}, c=64: req/s >= {limit}x its same-bytes ceiling "
+                         f"({t.payloads[work]['bytes'] / 1e3:.0f} KB)", _num(value),
+                         t.spread(num, den), _met(value, limit)))
+        num, den = (REPLAY, "miss", 64), (REPLAY, "chat", 64)
+        value = t.ratio(num, den)
+        rows.append(("4. misses, c=64: req/s >= 0.4x chat hits", _num(value),
+                     t.spread(num, den), _met(value, 0.4)))
+        # 5. a request's own cost
+        num, den = (REPLAY, "chat", 64), (CEILING, "chat", 64)
+        value = t.ratio(num, den)
+        rows.append(("5. chat, c=64: req/s >= 0.55x the chat ceiling", _num(value),
+                     t.spread(num, den), _met(value, 0.55)))
         if t.cursor_prompts == 0:
             num, den = (WORKERS[2], "chat", 64), (WORKERS[1], "chat", 64)
             value = t.ratio(num, den)
@@ -680,39 +734,10 @@ def targets(t: Throughput | None, index: list[dict[str, Any]]) -> list[str]:
                          "the client shares a core with a worker: see Workers)",
                          f"{_num(value)} ({t.median(*num):.0f} vs {t.median(*den):.0f} req/s)",
                          t.spread(num, den), "reported"))
-        rows.append(("peers side by side (throughput table)", ", ".join(t.peer_names)
-                     or "none installed (--mockllm-python, llmock on PATH)", "—",
+        # 6. the peers users would pick instead
+        rows.append(("6. peers side by side (throughput table)", ", ".join(t.peer_names)
+                     or "none installed (see Peers)", "—",
                      "reported" if t.peer_names else "not measured"))
-    for i in index:
-        n = i["records"]
-        rows.append((f"load, {n} records: rate >= 0.5x orjson's parse of the file",
-                     _num(i["load_ratio"]), "—", _met(i["load_ratio"], 0.5)))
-    for i in index:
-        value = i["serve_files_rss"] / i["file_bytes"]
-        rows.append((f"serve from files, {i['records']} records: RSS <= 0.5x the file",
-                     _num(value), "—", _met(value, 0.5, at_least=False)))
-    big = [i for i in index if i["records"] >= ONE_M]
-    if big:
-        i = big[-1]
-        rows.append((f"first answer from files, {i['records']} records: <= 10 s",
-                     f"{i['first_answer_files_s']:.1f} s", "—",
-                     _met(i["first_answer_files_s"], 10, at_least=False)))
-        if "first_answer_again_s" in i:  # (figures of an earlier bench may lack it)
-            rows.append((f"a second start from files, {i['records']} records: first answer "
-                         "<= 2 s", f"{i['first_answer_again_s']:.2f} s", "—",
-                         _met(i["first_answer_again_s"], 2, at_least=False)))
-        rows.append((f"`index`, {i['records']} records: <= 30 s",
-                     f"{i['index_build_s']:.1f} s", "—",
-                     _met(i["index_build_s"], 30, at_least=False)))
-    else:
-        rows.append(("first answer from files (<= 10 s) and `index` (<= 30 s), 1M records",
-                     "sizes run: " + (", ".join(str(i["records"]) for i in index) or "none"),
-                     "—", "not measured"))
-    for i in index:
-        once = i["index_opens"] == i["index_counted_opens"] and i["index_read_ratio"] < 1.01
-        rows.append((f"`index`, {i['records']} records: reads each saved file once",
-                     f"{i['index_read_ratio']:.4f}x the file's bytes ({i['index_opens']} "
-                     "opens)", "—", "yes" if once else "**no**"))
     lines = ["| target | measured (median) | rounds (min–max) | met |",
              "| --- | --- | --- | --- |"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
@@ -815,11 +840,13 @@ def report(t: Throughput | None, index: list[dict[str, Any]], args: argparse.Nam
              f"users' work shows there); {args.rounds} interleaved round(s) of {args.duration} s "
              f"per cell, medians of the per-round ratios; servers on core 0 (the workers "
              f"aside), wrk on core 1; took {seconds:.0f} s.", "",
-             "## Targets (issue \"Performance II\")", "",
-             "Streams are held to their same-bytes ceiling (the raw ASGI app sending the "
-             "exact bytes and headers replay-server sent for that workload, chunked alike); "
-             "non-streamed answers to the chat ceiling (a 1.2 KB chat body), as the issue "
-             "states them.", "", *targets(t, index)]
+             "## Targets (issue \"Performance III\")", "",
+             "Numbered by the issue's items. Streams and batches are held to their "
+             "same-bytes ceiling (the raw ASGI app sending the exact bytes and headers "
+             "replay-server sent for that workload, chunked alike); non-streamed chat to the "
+             "chat ceiling (a 1.2 KB chat body); figures of one run, never timing asserts. "
+             "Where a target is missed, docs/performance.md says where the time goes.", "",
+             *targets(t, index, short)]
     if t is not None:
         lines += ["", "## Throughput and latency", "",
                   "Two ceilings, both the raw ASGI app of bench/baseline.py measured in the "
