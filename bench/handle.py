@@ -15,8 +15,10 @@ replay can skip reading the request, nor hashing what it is keyed by; everything
 samples rules, the counts) is the replay's own cost, and what this measures.
 
 Rounds are interleaved (the irreducible loop, then each way of serving it, per family,
-per round), and the medians of the per-round figures are printed: microseconds per
-request, and that as a multiple of the irreducible work measured in the same round.
+per round); each cell keeps the fastest pass of each 50 requests (a shared machine
+interrupts the others), and the medians of the per-round figures are printed:
+microseconds per request, and that as a multiple of the irreducible work measured in the
+same round.
 `--profile FAMILY` runs cProfile over `handle` for that family instead (from the index
 file with `--from-file`).
 """
@@ -33,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -129,31 +132,39 @@ class Case:
                 request.key(None)
             self.canonical.append(keys.canonical(request.prompts[0]))
 
-    def irreducible(self) -> float:
+    def irreducible(self, part: slice) -> float:
         """Seconds per request: parse the body, hash its key."""
         loads, digest = orjson.loads, keys.digest
+        bodies, canonical = self.bodies[part], self.canonical[part]
         start = time.perf_counter()
-        for body, canonical in zip(self.bodies, self.canonical, strict=True):
+        for body, prompt in zip(bodies, canonical, strict=True):
             loads(body)
-            digest(canonical)
-        return (time.perf_counter() - start) / len(self.bodies)
+            digest(prompt)
+        return (time.perf_counter() - start) / len(bodies)
 
-    def handle(self, replayer: Replayer) -> float:
+    def handle(self, replayer: Replayer, part: slice) -> float:
         """Seconds per request of `Replayer.handle`, each a hit."""
         handle, endpoint, fields = replayer.handle, self.endpoint, self.fields
+        bodies = self.bodies[part]
         start = time.perf_counter()
-        for body in self.bodies:
+        for body in bodies:
             handle(endpoint, body, (), fields)
-        return (time.perf_counter() - start) / len(self.bodies)
+        return (time.perf_counter() - start) / len(bodies)
 
 
-def timed(fn: Callable[[], float], seconds: float) -> float:
-    """The fastest pass of `fn` over its requests within about `seconds`."""
-    best = fn()
+PASS = 50  # requests a pass: short, so that the fastest passes are those no other
+# process interrupted (the machine is shared)
+
+
+def timed(case: Case, fn: Callable[[slice], float], seconds: float) -> float:
+    """Seconds per request of `fn` over the case's requests, PASS at a time: the mean over
+    the parts of each part's fastest pass within about `seconds`."""
+    parts = [slice(i, i + PASS) for i in range(0, len(case.bodies), PASS)]
+    best = [fn(p) for p in parts]
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
-        best = min(best, fn())
-    return best
+        best = [min(b, fn(p)) for b, p in zip(best, parts, strict=True)]
+    return statistics.mean(best)
 
 
 def replayers(run: Path, idx: Path) -> dict[str, Replayer]:
@@ -168,10 +179,10 @@ def measure(cases: list[Case], served: dict[str, Replayer], rounds: int, seconds
     for r in range(rounds):
         print(f"round {r + 1}/{rounds}", file=sys.stderr, flush=True)
         for case in cases:
-            base = timed(case.irreducible, seconds)
+            base = timed(case, case.irreducible, seconds)
             figures.setdefault((case.name, "irreducible"), []).append(base * 1e6)
             for how, replayer in served.items():
-                cost = timed(lambda: case.handle(replayer), seconds)  # noqa: B023
+                cost = timed(case, partial(case.handle, replayer), seconds)
                 figures.setdefault((case.name, how), []).append(cost * 1e6)
                 figures.setdefault((case.name, how + " x"), []).append(cost / base)
     med = {k: statistics.median(v) for k, v in figures.items()}
@@ -190,7 +201,7 @@ def profile(case: Case, replayer: Replayer, seconds: float) -> None:
     deadline = time.perf_counter() + seconds
     profiler.enable()
     while time.perf_counter() < deadline:
-        case.handle(replayer)
+        case.handle(replayer, slice(None))
     profiler.disable()
     pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
@@ -200,7 +211,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2000, help="saved records per family")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--seconds", type=float, default=0.3,
-                        help="seconds per cell per round (the fastest pass is kept)")
+                        help="seconds per cell per round (the fastest passes are kept)")
     parser.add_argument("--families", default=",".join(MAKERS),
                         help="which families (comma-separated)")
     parser.add_argument("--profile", metavar="FAMILY", help="cProfile `handle` for FAMILY")
