@@ -20,7 +20,6 @@ from typing import Any
 
 import uvicorn
 
-from ..index import heap
 from ..settings import DEFAULT_READ_TIMEOUT, Settings
 from ..wire.credentials import query_without_keys
 from .guarded import GuardedProtocol
@@ -61,9 +60,7 @@ def uvicorn_config(app: Any, log_level: str, access_log: bool,
     """How every server here runs uvicorn: httptools, guarded (`http` takes a protocol
     class, which uvicorn builds for each connection: the timeout is the class's). No
     X-Forwarded-* headers: nothing here reads a client's address, and uvicorn's
-    middleware for them would wrap every request. The process keeps the heap its answers
-    free for the next ones (`heap.keep`)."""
-    heap.keep()
+    middleware for them would wrap every request."""
     GuardedProtocol.read_timeout = read_timeout
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log,
                             http=GuardedProtocol, timeout_graceful_shutdown=30,

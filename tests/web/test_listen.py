@@ -5,12 +5,10 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import sys
 
 import httpx
 import pytest
 
-from replay_server.index import heap
 from replay_server.settings import Settings
 from replay_server.web import listen
 from tests.support import CLI, ROOT, spawn
@@ -83,34 +81,3 @@ def test_the_access_log_never_prints_a_key_sent_in_the_query() -> None:
     logged = [line for line in server.lines if "GET /v1/models" in line]
     assert logged and "limit=2" in logged[0], server.output
     assert "secret" not in server.output
-
-
-# A process that sets up a server (`uvicorn_config`, as every server here does), then makes
-# and frees what a hundred answers of a 50 KB stream do (c=64, and uvicorn's copy of some):
-# it prints how much the heap's top (`sbrk(0)`) went up for them, and down once freed.
-_ANSWER_FREED = """
-import ctypes
-from replay_server.web.listen import uvicorn_config
-uvicorn_config(None, "error", False)
-libc = ctypes.CDLL(None)
-libc.sbrk.restype = ctypes.c_void_p
-libc.sbrk.argtypes = [ctypes.c_ssize_t]
-start = libc.sbrk(0)
-answers = [bytes(50_000 + i) for i in range(100)]
-top = libc.sbrk(0)
-answers.clear()
-print(top - start, top - libc.sbrk(0))
-"""
-
-
-@pytest.mark.skipif(heap._TRIM is None, reason="glibc's malloc only")
-def test_a_server_keeps_the_heap_an_answer_freed_for_the_next_answers() -> None:
-    """glibc gives the top of the heap back to the system as soon as 128 KB of it is free,
-    and takes it again on the next request: a few 50 KB answers at a time (streams)
-    trimmed and grew the heap on every request, and paid a page fault for each of
-    their pages (some 40% of a recorded stream's time at c=64). A server keeps it."""
-    result = subprocess.run([sys.executable, "-c", _ANSWER_FREED], cwd=ROOT,
-                            capture_output=True, text=True, check=True)
-    grew, given_back = map(int, result.stdout.split())
-    assert grew > 1_000_000  # (the answers were made on the heap's top)
-    assert given_back == 0, "the heap's top was given back"
