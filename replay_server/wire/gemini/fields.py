@@ -36,7 +36,6 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
 from .. import keys
@@ -51,11 +50,8 @@ WRAPPED = "generateContentRequest"  # countTokens' form of a whole request
 _SNAKE = re.compile(r"_([a-z0-9])")
 
 
-@lru_cache(maxsize=4096)
 def camel(name: str) -> str:
-    """A field name in camelCase (`max_output_tokens` -> `maxOutputTokens`); remembered,
-    since every field name of every object of every request is spelled so, several times
-    a request (a client's names are few)."""
+    """A field name in camelCase (`max_output_tokens` -> `maxOutputTokens`)."""
     return _SNAKE.sub(lambda m: m[1].upper(), name) if "_" in name else name
 
 
@@ -296,10 +292,8 @@ COUNT_FIELDS = (
 _NAMES = frozenset(f.name for f in (*FIELDS, *COUNT_FIELDS))
 
 
-@lru_cache(maxsize=4096)
 def _known(name: str) -> str:
-    """A field's name as the table knows it: camelCase, if that is a name of the table
-    (remembered, as `camel`)."""
+    """A field's name as the table knows it: camelCase, if that is a name of the table."""
     spelled = camel(name)
     return spelled if spelled in _NAMES else name
 
