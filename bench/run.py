@@ -344,7 +344,9 @@ class Throughput:
 
 
 def throughput(run: Path, rounds: int, seconds: int,
-               peer_list: list[peers.Peer]) -> Throughput:
+               peer_list: list[peers.Peer], works: list[str] | None = None,
+               levels: tuple[int, ...] = (1, 64)) -> Throughput:
+    """Every workload (or `works`, without the workers) at each concurrency of `levels`."""
     bodies = workload_bodies(run)
     idx, cursor_prompts = ensure_index(run)
     payload_file = DATA / "ceiling-payloads.json"
@@ -356,7 +358,7 @@ def throughput(run: Path, rounds: int, seconds: int,
     workers = {n: Server(WORKERS[n], [PY, "-m", "replay_server", "serve", str(idx), "--port",
                                       "{port}", "--log-level", "error", "--workers", str(n)],
                          cpu=None)
-               for n in (1, 2) if cursor_prompts == 0}
+               for n in (1, 2) if cursor_prompts == 0 and works is None}
     peer_servers = [(peer, Server(peer.name, peer.argv)) for peer in peer_list]
     servers = [replay, base, *workers.values(), *(server for _, server in peer_servers)]
     results: dict[tuple[str, str, int], list[Measure]] = {}
@@ -390,9 +392,9 @@ def throughput(run: Path, rounds: int, seconds: int,
         for r in range(rounds):
             print(f"round {r + 1}/{rounds}", flush=True)
             flip = r % 2 == 1  # which of a pair goes first alternates between rounds
-            for c in (1, 64):
+            for c in levels:
                 measure(base, CEILING, "chat", c)
-                for work in PATHS:
+                for work in works or PATHS:
                     pair = [(base, SAME), (replay, REPLAY)]
                     for server, system in reversed(pair) if flip else pair:
                         measure(server, system, work, c, f"?w={work}")
@@ -939,6 +941,11 @@ def main() -> None:
                         help="take the index figures from the index-figures.json an earlier "
                         "run wrote (they do not depend on the HTTP path) instead of measuring "
                         "them again; the report says when and at which commit they were")
+    parser.add_argument("--workloads", help="only these workloads (comma-separated, of "
+                        f"{', '.join(PATHS)}), no workers, peers nor index figures: their "
+                        "throughput table is printed, and no report written (to iterate)")
+    parser.add_argument("--concurrency", default="1,64",
+                        help="with --workloads: the concurrency levels (comma-separated)")
     parser.add_argument("--wiremock", default=peers.installed("wiremock"),
                         help="WireMock: npm `wiremock`'s command or its standalone jar (run "
                         f"with java); found on PATH or in {peers.CACHE} by default")
@@ -959,6 +966,16 @@ def main() -> None:
     start = time.monotonic()
     args.load_before = os.getloadavg()[0]
     t = None
+    if args.workloads:
+        works = args.workloads.split(",")
+        unknown = set(works) - set(PATHS)
+        if unknown:
+            sys.exit(f"unknown workloads: {', '.join(sorted(unknown))}")
+        levels = tuple(int(c) for c in args.concurrency.split(","))
+        t = throughput(ensure_run(20000, mixed=True), args.rounds, args.duration, [], works,
+                       levels)
+        print("\n".join(throughput_lines(t)))
+        return
     if not args.no_throughput:
         run = ensure_run(20000, mixed=True)
         t = throughput(run, args.rounds, args.duration, peers.all_installed(

@@ -25,15 +25,14 @@ import orjson
 
 from ..selection import Saved, Selection, whole
 
-_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
-
 
 def _counts(usage: Any) -> dict[str, int] | None:
     if not isinstance(usage, dict):
         return None
-    if not all(isinstance(usage.get(k), int) for k in _COUNTS[:2]):
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if not (isinstance(prompt, int) and isinstance(completion, int)):
         return None
-    return {k: usage[k] for k in _COUNTS[:2]}
+    return {"prompt_tokens": prompt, "completion_tokens": completion}
 
 
 def one_prompt(selection: Selection[Saved]) -> tuple[dict[str, Any], list[dict[str, Any]], Any]:
@@ -66,11 +65,13 @@ def one_prompt(selection: Selection[Saved]) -> tuple[dict[str, Any], list[dict[s
 
 
 def _sum_usage(usages: list[Any]) -> dict[str, int] | None:
-    counts = [_counts(u) for u in usages]
-    if not all(counts):
-        return None
-    prompt = sum(c["prompt_tokens"] for c in counts if c)
-    completion = sum(c["completion_tokens"] for c in counts if c)
+    prompt = completion = 0
+    for usage in usages:
+        counts = _counts(usage)
+        if counts is None:
+            return None
+        prompt += counts["prompt_tokens"]
+        completion += counts["completion_tokens"]
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion}
 

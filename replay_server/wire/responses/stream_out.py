@@ -3,8 +3,7 @@ text and arguments cut into token-sized deltas (`pieces.split_deltas`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import chain, repeat
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -38,27 +37,24 @@ def events_for(response: dict[str, Any], *, terminal_by_status: bool = False) ->
     `response.completed`). Ids are the saved ones; an item without an id (a
     `function_call` may have none) gets `item_<output_index>` in its events only.
 
-    A run of deltas of one part is encoded once, as a template split where the sequence
-    number and the text go: the bytes are those of encoding each event whole.
+    The frames of `stream_for`, cut at their blank lines (a frame's JSON holds no raw
+    line break: each frame is its `event:` line, its `data:` line and a blank line).
     """
-    frames: list[bytes] = []
-    for event in _sequenced(response, terminal_by_status):
-        if isinstance(event, dict):
-            frames.append(frame(event))
-        else:
-            frames.extend(map(b"".join, _run_frames(*event)))
-    return frames
+    stream = stream_for(response, terminal_by_status=terminal_by_status)
+    return [f + b"\n\n" for f in stream.split(b"\n\n")[:-1]]
 
 
-def stream_for(response: dict[str, Any]) -> bytes:
-    """`b"".join(events_for(response))`, in fewer steps (the frames of a run are made
-    as one, not one by one)."""
+def stream_for(response: dict[str, Any], *, terminal_by_status: bool = False) -> bytes:
+    """The whole stream of `events_for`, made in one join: a run of deltas of one part is
+    encoded once, as a template split where the sequence number and the text go, and its
+    frames are the template's parts laid out around them (`_run_parts`); the bytes are
+    those of encoding each event whole."""
     parts: list[bytes] = []
-    for event in _sequenced(response, False):
+    for event in _sequenced(response, terminal_by_status):
         if isinstance(event, dict):
             parts.append(frame(event))
         else:
-            parts.extend(chain.from_iterable(_run_frames(*event)))
+            parts += _run_parts(*event)
     return b"".join(parts)
 
 
@@ -131,18 +127,27 @@ def _sequenced(response: dict[str, Any], terminal_by_status: bool
     yield event(last, {"response": response})
 
 
-def _run_frames(run: _Run, first: int) -> Iterable[tuple[bytes, ...]]:
-    """The frames of a run, each as the parts it joins from: the template's, with the
-    sequence number and the text put in."""
+def _run_parts(run: _Run, first: int) -> list[bytes]:
+    """The frames of a run, as parts that joined are they: the template's head, then for
+    each piece its sequence number, the template's middle, the piece, and the template's
+    tail (with the next frame's head), laid out by slice (no step of Python's a frame)."""
     template = frame({"type": run.kind, "sequence_number": _MARK, **run.fields})
     parts = template.split(_MARK_JSON)
+    count = len(run.pieces)
     if len(parts) != 3:  # a saved value holds the mark itself (never, in practice)
-        return [(frame({"type": run.kind, "sequence_number": first + n, **{
+        return [frame({"type": run.kind, "sequence_number": first + n, **{
             k: (orjson.loads(b'"%s"' % piece) if v is _MARK else v)
-            for k, v in run.fields.items()}}),) for n, piece in enumerate(run.pieces)]
+            for k, v in run.fields.items()}}) for n, piece in enumerate(run.pieces)]
+    if not count:
+        return []
     head, middle, tail = parts
-    numbers = _numbers(first, len(run.pieces))
-    return zip(repeat(head), numbers, repeat(middle + b'"'), run.pieces, repeat(b'"' + tail))
+    out = [head] * (4 * count + 1)
+    out[1::4] = _numbers(first, count)
+    out[2::4] = [middle + b'"'] * count
+    out[3::4] = run.pieces
+    out[4::4] = [b'"' + tail + head] * count
+    out[-1] = b'"' + tail
+    return out
 
 
 _NUMBERS = orjson.dumps(list(range(2048)))[1:-1].split(b",")  # sequence numbers, written
