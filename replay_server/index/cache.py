@@ -3,14 +3,18 @@ the first time they are served and kept, so that a run served before starts at o
 every run is served one way (memory-mapped: little memory, `--workers N` for files too).
 
 An entry is named by two digests: of what was asked (`Key.inputs`: the arguments, as
-absolute paths, and the options that change what is built), then of what that is now
-(`Key.identity`: each planned file's absolute path, size, mtime in nanoseconds and a
-digest of its whole content, the tokenizer's files, the index format's, key's and
-replay-server's versions). A changed file is a new name, so it is built again: never a
+absolute paths, the options that change what is built and the environment variables the
+readers read, `formats.ENVIRONMENT`), then of what that is now (`Key.identity`: each
+planned file's absolute path, size, mtime in nanoseconds and a digest of its whole
+content, the tokenizer's files, the index format's, key's and replay-server's versions,
+and a digest of replay-server's own code: an editable install whose readers changed
+keeps its version string). A changed file is a new name, so it is built again: never a
 stale answer. The content digest is there because size and mtime can be copied (`cp -p`,
 `touch -r`, rsync): xxh3-128 of the file through a memory map, some 0.25 s for 3 GB in
 the page cache (sha256 is 6-7x slower, and a cache key needs no cryptographic strength:
-nobody picks the saved files to collide with themselves; docs/performance.md).
+nobody picks the saved files to collide with themselves; docs/performance.md). The files
+are digested again after the load: a file rewritten while it was read (even to the same
+size and mtime) leaves its index out of the cache.
 
 An entry is written whole under a temporary name and renamed (`file.write`): two starts
 at once both build, and the second rename wins; neither reads half a file. One written
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import hashlib
 import mmap
 import os
@@ -39,7 +44,7 @@ import xxhash
 
 from .. import __version__
 from ..errors import LoadError
-from ..saved.formats import LoadContext
+from ..saved.formats import ENVIRONMENT, LoadContext
 from ..saved.loader import Plan, plan, tokenizer_of
 from ..saved.local_tokenizer import LocalTokenizer
 from ..saved.objects import cache_root
@@ -69,12 +74,10 @@ class Options:
 
 @dataclass(frozen=True)
 class Key:
-    """An entry's name: what was asked, then what it is now; and each file's (size,
-    mtime_ns) when it was digested."""
+    """An entry's name: what was asked, then what it is now."""
 
     inputs: str
     identity: str
-    stamps: dict[str, tuple[int, int]]
 
     @property
     def name(self) -> str:
@@ -90,9 +93,17 @@ def digest(path: Path) -> str:
             return xxhash.xxh3_128_hexdigest(mapped)
 
 
-def _stamp(path: Path) -> tuple[int, int]:
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns
+@functools.cache
+def code() -> str:
+    """A digest of every file of the replay_server package, read once a process: the
+    readers and the index writer are what builds an entry (some 10 ms for its ~170
+    files; an installed release and an editable checkout alike)."""
+    root = Path(__file__).resolve().parent.parent
+    hashed = xxhash.xxh3_128()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and
+                       "__pycache__" not in p.parts):
+        hashed.update(orjson.dumps([str(path.relative_to(root)), digest(path)]))
+    return hashed.hexdigest()
 
 
 def _files(root: str | None) -> Iterator[Path]:
@@ -108,22 +119,22 @@ def _files(root: str | None) -> Iterator[Path]:
 def key_of(planned: Plan, options: Options, urls: Mapping[Path, str]) -> Key:
     """The key of a planned load with `options`, its arguments named by their URLs where
     they are fetched objects' local views (`urls`: each view's changes with the objects).
-    Each file is stamped before it is digested: a file that changes while it is digested
-    is found changed after the load."""
+    A file that changes while it is digested or loaded is found changed when the key is
+    made again after the load (`_changed`)."""
     def hashed(value: object) -> str:
         return hashlib.sha256(orjson.dumps(value)).hexdigest()[:24]
 
     asked = [[urls.get(p, str(p)) for p in planned.arguments],
              options.skip_bad_lines, options.max_line, options.tokenizer and
-             str(Path(options.tokenizer).absolute())]
-    stamps: dict[str, tuple[int, int]] = {}
+             str(Path(options.tokenizer).absolute()),
+             {name: os.environ.get(name) for name in ENVIRONMENT}]
     files = []
     for _, path in planned.files:
-        stamps[str(path.absolute())] = _stamp(path)
-        files.append([str(path.absolute()), *stamps[str(path.absolute())], digest(path)])
+        st = path.stat()  # (before the digest: a change during it shows after the load)
+        files.append([str(path.absolute()), st.st_size, st.st_mtime_ns, digest(path)])
     tokenizer = [[str(p), digest(p)] for p in _files(options.tokenizer)]
-    versions = [file.VERSION, keys.KEY_VERSION, __version__]
-    return Key(hashed(asked), hashed([files, tokenizer, versions]), stamps)
+    versions = [file.VERSION, keys.KEY_VERSION, __version__, code()]
+    return Key(hashed(asked), hashed([files, tokenizer, versions]))
 
 
 @dataclass
@@ -162,7 +173,7 @@ def open_cached(paths: Sequence[str | Path], options: Options,
                       f"{entry} (built {built}); what that load said:",
                       *orjson.loads(hit.meta[REPORT])]
             return Cached(hit, notes + report, tokenizer_of(options.tokenizer), planned)
-    return _build(paths, key, options, aliases, notes)
+    return _build(paths, key, options, aliases, notes, urls or {})
 
 
 def _open_entry(entry: Path, aliases: dict[str, str] | None, notes: list[str]
@@ -189,7 +200,8 @@ def _open_entry(entry: Path, aliases: dict[str, str] | None, notes: list[str]
 
 
 def _build(paths: Sequence[str | Path], key: Key, options: Options,
-           aliases: dict[str, str] | None, notes: list[str]) -> Cached:
+           aliases: dict[str, str] | None, notes: list[str], urls: Mapping[Path, str]
+           ) -> Cached:
     """Load the files, write their index (into the cache if it can be written), free the
     load, and open the index."""
     folder = indexes_dir()
@@ -198,7 +210,7 @@ def _build(paths: Sequence[str | Path], key: Key, options: Options,
                   tokenizer=options.tokenizer)
     report, tokenizer, planned = report_lines(loaded), loaded.ctx.tokenizer, loaded.plan
     examples = [(r.endpoint, r.model, prompt_of(r)) for _, r in sorted(loaded.examples.items())]
-    if target.parent == folder and _changed(key, planned):
+    if target.parent == folder and _changed(key, planned, options, urls):
         target = _temporary()
         notes.append("replay-server: the saved files changed while they were read: their "
                      f"index is not kept in the cache (built into {target}, removed at "
@@ -239,13 +251,15 @@ def _temporary() -> Path:
     return path
 
 
-def _changed(key: Key, planned: Plan) -> bool:
-    """Whether the files the load read are not those the key was made of, as they were."""
+def _changed(key: Key, planned: Plan, options: Options, urls: Mapping[Path, str]) -> bool:
+    """Whether the files the load read are not those the key was made of, as they were:
+    their key made again, whole (a second digest of each: some 0.25 s for 3 GB, beside a
+    load that takes seconds). A file changed and changed back during the load itself
+    is beyond it: only a digest of the very bytes the readers read could see that."""
     try:
-        now = {str(p.absolute()): _stamp(p) for _, p in planned.files}
+        return key_of(planned, options, urls).identity != key.identity
     except OSError:
         return True
-    return now != key.stamps
 
 
 def _supersede(folder: Path, key: Key) -> None:

@@ -14,6 +14,7 @@ from openai import OpenAI
 
 from replay_server.index import cache
 from replay_server.index.cache import Options, entries, open_cached
+from replay_server.index.loading import load
 from replay_server.settings import Settings
 from tests.support import chat_record, chat_response, serving, write_jsonl
 
@@ -173,3 +174,82 @@ def test_entries_list_what_each_was_built_from(tmp_path: Path) -> None:
     assert entry.inputs == [str(saved)] and entry.size == entry.path.stat().st_size
     assert entry.built is not None and before - 1 <= entry.built <= time.time()
     assert cache.clear() == (1, entry.size) and entries() == []
+
+
+def test_the_environment_the_readers_read_is_in_the_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """lm-eval's null-answer placeholder can be set in the environment: the same files
+    under another value are another load (an answer then, unusable now), never the
+    index of the first."""
+    from tests.saved.formats.test_lm_eval import copy_case, rewrite
+
+    def answered(lines: list[dict[str, Any]]) -> None:
+        for row in lines:
+            if row["doc_id"] == 0:
+                row["resps"][0][0] = "N/A"
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    rewrite(copy_case("chat_repeats", runs), answered)
+    monkeypatch.delenv("LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER", raising=False)
+    assert open_cached([runs], Options()).index.models["tiny-model"].unusable_records == 0
+    monkeypatch.setenv("LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER", "N/A")
+    again = open_cached([runs], Options())
+    assert again.index.models["tiny-model"].unusable_records == 1
+    assert "indexed before" not in again.report[0]
+
+
+@pytest.mark.http
+def test_a_file_changed_while_it_is_loaded_then_changed_back_is_never_served_stale(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer that rewrites the file between its digest and its load, keeping its size
+    and mtime (`cp -p`, rsync), then puts the old bytes back: the index of what was
+    loaded must not be kept under the old bytes' name."""
+    saved = _saved(tmp_path / "run.jsonl", ("q", "old"))
+    old, before = saved.read_bytes(), saved.stat()
+
+    def keep_stamps() -> None:
+        os.utime(saved, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    def rewritten_then_loaded(*args: Any, **kwargs: Any) -> Any:
+        _saved(saved, ("q", "new"))
+        keep_stamps()
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(cache, "load", rewritten_then_loaded)
+    during = open_cached([saved], Options())
+    assert "changed while they were read" in during.report[0]
+    during.index.db.close()
+    monkeypatch.setattr(cache, "load", load)
+    saved.write_bytes(old)
+    keep_stamps()
+    assert _answer([saved], "q") == "old"
+
+
+@pytest.mark.slow
+def test_other_reader_code_of_the_same_version_is_another_index(tmp_path: Path) -> None:
+    """An editable install whose reader changed keeps its version string: the index the
+    old code built is not served by the new (a copy of the package, one reader edited,
+    imported by a process of its own)."""
+    import shutil
+    import subprocess
+    import sys
+
+    import replay_server
+    saved = _saved(tmp_path / "run.jsonl", ("q", "a"))
+    copy = tmp_path / "code"
+    shutil.copytree(Path(replay_server.__file__).parent, copy / "replay_server",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    said = ("from replay_server.index.cache import Options, open_cached; import sys; "
+            "print(open_cached([sys.argv[1]], Options()).report[0])")
+
+    def first_line(code: Path | None) -> str:
+        env = {**os.environ, "PYTHONPATH": str(code)} if code else dict(os.environ)
+        return subprocess.run([sys.executable, "-c", said, str(saved)], env=env, text=True,
+                              capture_output=True, check=True, timeout=60,
+                              cwd=tmp_path).stdout  # (not this checkout's package)
+    assert first_line(copy).startswith("replay-server: indexed into the cache: ")
+    assert first_line(copy).startswith("replay-server: these files were indexed before")
+    reader = copy / "replay_server" / "saved" / "formats" / "native.py"
+    reader.write_text(reader.read_text() + "\n# changed\n")
+    assert first_line(copy).startswith("replay-server: indexed into the cache: ")
