@@ -6,15 +6,15 @@ An entry is named by two digests: of what was asked (`Key.inputs`: the arguments
 absolute paths, the options that change what is built and the environment variables the
 readers read, `formats.ENVIRONMENT`), then of what that is now (`Key.identity`: each
 planned file's absolute path, size, mtime in nanoseconds and a digest of its whole
-content, the tokenizer's files, the index format's, key's and replay-server's versions,
-and a digest of replay-server's own code: an editable install whose readers changed
-keeps its version string). A changed file is a new name, so it is built again: never a
-stale answer. The content digest is there because size and mtime can be copied (`cp -p`,
-`touch -r`, rsync): xxh3-128 of the file through a memory map, some 0.25 s for 3 GB in
-the page cache (sha256 is 6-7x slower, and a cache key needs no cryptographic strength:
-nobody picks the saved files to collide with themselves; docs/performance.md). The files
-are digested again after the load: a file rewritten while it was read (even to the same
-size and mtime) leaves its index out of the cache.
+content, the files the tokenizer is read from, the index format's, key's and
+replay-server's versions, and a digest of replay-server's own code: an editable install
+whose readers changed keeps its version string). A changed file is a new name, so it is
+built again: never a stale answer. The content digest is there because size and mtime
+can be copied (`cp -p`, `touch -r`, rsync): xxh3-128 of the file through a memory map,
+some 0.25 s for 3 GB in the page cache (sha256 is 6-7x slower, and a cache key needs no
+cryptographic strength: nobody picks the saved files to collide with themselves;
+docs/performance.md). The files are digested again after the load: a file rewritten
+while it was read (even to the same size and mtime) leaves its index out of the cache.
 
 An entry is written whole under a temporary name and renamed (`file.write`): two starts
 at once both build, and the second rename wins; neither reads half a file. One written
@@ -34,7 +34,7 @@ import mmap
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from .. import __version__
 from ..errors import LoadError
 from ..saved.formats import ENVIRONMENT, LoadContext
 from ..saved.loader import Plan, plan, tokenizer_of
-from ..saved.local_tokenizer import LocalTokenizer
+from ..saved.local_tokenizer import LocalTokenizer, read_from
 from ..saved.objects import cache_root
 from ..settings import DEFAULT_MAX_LINE
 from ..wire import keys
@@ -106,16 +106,6 @@ def code() -> str:
     return hashed.hexdigest()
 
 
-def _files(root: str | None) -> Iterator[Path]:
-    """The files of a tokenizer folder (or the file itself), sorted."""
-    if root is None:
-        return iter(())
-    path = Path(root)
-    if path.is_file():
-        return iter([path])
-    return iter(sorted(p for p in path.rglob("*") if p.is_file()))
-
-
 def key_of(planned: Plan, options: Options, urls: Mapping[Path, str]) -> Key:
     """The key of a planned load with `options`, its arguments named by their URLs where
     they are fetched objects' local views (`urls`: each view's changes with the objects).
@@ -132,7 +122,8 @@ def key_of(planned: Plan, options: Options, urls: Mapping[Path, str]) -> Key:
     for _, path in planned.files:
         st = path.stat()  # (before the digest: a change during it shows after the load)
         files.append([str(path.absolute()), st.st_size, st.st_mtime_ns, digest(path)])
-    tokenizer = [[str(p), digest(p)] for p in _files(options.tokenizer)]
+    tokenizer = [[str(p.absolute()), digest(p)]
+                 for p in (read_from(options.tokenizer) if options.tokenizer else [])]
     versions = [file.VERSION, keys.KEY_VERSION, __version__, code()]
     return Key(hashed(asked), hashed([files, tokenizer, versions]))
 

@@ -253,3 +253,23 @@ def test_other_reader_code_of_the_same_version_is_another_index(tmp_path: Path) 
     reader = copy / "replay_server" / "saved" / "formats" / "native.py"
     reader.write_text(reader.read_text() + "\n# changed\n")
     assert first_line(copy).startswith("replay-server: indexed into the cache: ")
+
+
+@pytest.mark.parametrize("given", ["tokenizer.json", "its folder"])
+def test_the_tokenizer_is_keyed_on_the_files_it_is_read_from(tmp_path: Path,
+                                                             given: str) -> None:
+    """A tokenizer given as its tokenizer.json is read with the config beside it: a
+    changed config is another index. A file the tokenizer is not read from (a model's
+    weights in the same snapshot folder) is neither digested nor another index."""
+    import shutil
+    folder = tmp_path / "tokenizer"
+    shutil.copytree(Path(__file__).parents[1] / "data" / "gen" / "tokenizer", folder)
+    options = Options(tokenizer=str(folder / "tokenizer.json" if given != "its folder"
+                                    else folder))
+    saved = _saved(tmp_path / "run.jsonl", ("q", "a"))
+    first = open_cached([saved], options).index.path
+    (folder / "model.safetensors").write_bytes(b"weights")
+    assert open_cached([saved], options).index.path == first
+    config = folder / "tokenizer_config.json"
+    config.write_bytes(orjson.dumps({**orjson.loads(config.read_bytes()), "bos_token": "x"}))
+    assert "indexed before" not in open_cached([saved], options).report[0]
