@@ -56,6 +56,7 @@ from .loading import load, report_lines
 
 REPORT = "load_report"  # the meta row that keeps what the load said (JSON lines)
 EXAMPLES = "load_examples"  # and the first saved prompt of each endpoint, for the snippet
+NAME = "cache_entry"  # and the name it was built under: one found under another is refused
 
 
 def indexes_dir() -> Path:
@@ -176,9 +177,12 @@ def _open_entry(entry: Path, aliases: dict[str, str] | None, notes: list[str]
         why = ""
     except LoadError as e:
         why, index = e.reason, None
-    if index is not None and not {REPORT, EXAMPLES} <= set(index.meta):
+    if index is not None and not {REPORT, EXAMPLES, NAME} <= set(index.meta):
         index.db.close()
         why, index = "it holds no load report (not written by the cache)", None
+    if index is not None and index.meta[NAME] != entry.name:
+        index.db.close()
+        why, index = f"it was built for other files, as {index.meta[NAME]}", None
     if index is None:
         notes.append(f"replay-server: the cached index {entry} cannot be used ({why}): "
                      "building it again")
@@ -207,7 +211,7 @@ def _build(paths: Sequence[str | Path], key: Key, options: Options,
                      f"index is not kept in the cache (built into {target}, removed at "
                      "exit)")
     file.write(loaded, target, {REPORT: orjson.dumps(report).decode(),
-                                EXAMPLES: orjson.dumps(examples).decode()})
+                                EXAMPLES: orjson.dumps(examples).decode(), NAME: key.name})
     del loaded  # (no cycle holds it: freed here, whole)
     heap.trim()  # what the load held goes back to the system: the index is on disk
     if target.parent == folder:

@@ -273,3 +273,21 @@ def test_the_tokenizer_is_keyed_on_the_files_it_is_read_from(tmp_path: Path,
     config = folder / "tokenizer_config.json"
     config.write_bytes(orjson.dumps({**orjson.loads(config.read_bytes()), "bos_token": "x"}))
     assert "indexed before" not in open_cached([saved], options).report[0]
+
+
+@pytest.mark.http
+def test_an_entry_is_served_only_under_the_name_it_was_built_for(tmp_path: Path) -> None:
+    """An entry copied or linked over another's name (a synced cache, a hand's slip) is
+    another run's index: it is refused and built again, never served."""
+    one = _saved(tmp_path / "one.jsonl", ("q", "one"))
+    two = _saved(tmp_path / "two.jsonl", ("q", "two"))
+    first, second = (open_cached([p], Options()) for p in (one, two))
+    first.index.db.close()
+    second.index.db.close()
+    first.index.path.replace(second.index.path)
+    again = open_cached([two], Options())
+    assert "cannot be used (it was built for other files" in again.report[0]
+    again.index.db.close()
+    second.index.path.unlink()
+    second.index.path.symlink_to(first.index.path)  # (built again just above)
+    assert _answer([two], "q") == "two"
