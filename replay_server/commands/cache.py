@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..index.cache import clear, entries, indexes_dir
+from ..index.cache import clear, entries, indexes_dir, unfinished
 from ..saved.objects import cache_dir, cache_root
 from .exits import DONE
 
@@ -38,6 +38,10 @@ def show(say: Callable[[str], None]) -> int:
         say(f"  {entry.path.name}: {_size(entry.size)}, built {_when(entry.built)}, "
             f"last used {_when(entry.used)}")
         say(f"    from {' '.join(entry.inputs) or 'unknown (unreadable: rebuilt at its next use)'}")
+    if left := unfinished():
+        say(f"unfinished builds ({indexes_dir()}): {len(left)}, "
+            f"{_size(sum(size for _, size in left))} (left by a start stopped while it wrote "
+            "an index; --clear removes them)")
     say(f"fetched objects ({cache_dir()}): {_size(_folder_size(cache_dir()))}")
     return DONE
 
@@ -45,8 +49,9 @@ def show(say: Callable[[str], None]) -> int:
 def clear_indexes(say: Callable[[str], None]) -> int:
     """Remove every index of the cache, and say what that freed (fetched objects are
     kept: fetching them again costs more than an index)."""
-    count, freed = clear()
-    say(f"removed {count} index(es) from {indexes_dir()}, freed {_size(freed)}")
+    count, left, freed = clear()
+    also = f" and {left} unfinished build(s)" if left else ""
+    say(f"removed {count} index(es){also} from {indexes_dir()}, freed {_size(freed)}")
     say(f"fetched objects kept ({cache_dir()}, {_size(_folder_size(cache_dir()))}): remove "
         "that folder to clear them too")
     return DONE

@@ -293,15 +293,26 @@ def entries() -> list[Entry]:
     return sorted(found, key=lambda e: -e.used)
 
 
+def unfinished() -> list[tuple[Path, int]]:
+    """What builds cut short left (a start killed while it wrote an index: its file under
+    `writer.written_whole`'s temporary name), with their sizes: never opened, but they
+    take room until `clear`. Not removed by a start: another may be writing it now."""
+    found = []
+    for path in indexes_dir().glob(".*.tmp"):
+        with contextlib.suppress(OSError):  # (renamed meanwhile: a build that finished)
+            found.append((path, path.stat().st_size))
+    return found
+
+
 def _summary(folder: Path) -> str:
     sizes = [e.size for e in entries()]
     return f"{len(sizes)} index(es), {sum(sizes) / 1e6:.1f} MB in {folder}"
 
 
-def clear() -> tuple[int, int]:
-    """Remove every index of the cache (and what a build cut short left); the number of
-    indexes removed and the bytes freed. A server serving one keeps its open copy."""
-    count = freed = 0
+def clear() -> tuple[int, int, int]:
+    """Remove every index of the cache and what builds cut short left; the number of
+    each removed and the bytes freed. A server serving one keeps its open copy."""
+    count = left = freed = 0
     folder = indexes_dir()
     for path in folder.iterdir() if folder.is_dir() else ():
         try:
@@ -310,5 +321,6 @@ def clear() -> tuple[int, int]:
         except OSError:
             continue  # removed meanwhile
         count += path.suffix == ".idx"
+        left += path.name.startswith(".") and path.suffix == ".tmp"
         freed += size
-    return count, freed
+    return count, left, freed

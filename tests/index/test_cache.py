@@ -173,7 +173,7 @@ def test_entries_list_what_each_was_built_from(tmp_path: Path) -> None:
     [entry] = entries()
     assert entry.inputs == [str(saved)] and entry.size == entry.path.stat().st_size
     assert entry.built is not None and before - 1 <= entry.built <= time.time()
-    assert cache.clear() == (1, entry.size) and entries() == []
+    assert cache.clear() == (1, 0, entry.size) and entries() == []
 
 
 def test_the_environment_the_readers_read_is_in_the_key(
