@@ -47,21 +47,16 @@ from ..errors import LoadError
 from ..saved.formats import ENVIRONMENT, LoadContext
 from ..saved.loader import Plan, plan, tokenizer_of
 from ..saved.local_tokenizer import LocalTokenizer, read_from
-from ..saved.objects import cache_root
 from ..settings import DEFAULT_MAX_LINE
 from ..wire import keys
 from . import file, heap
+from .cache_folder import hold, indexes_dir, keep, release, remove_unused, summary
 from .index import prompt_of
 from .loading import load, report_lines
 
 REPORT = "load_report"  # the meta row that keeps what the load said (JSON lines)
 EXAMPLES = "load_examples"  # and the first saved prompt of each endpoint, for the snippet
 NAME = "cache_entry"  # and the name it was built under: one found under another is refused
-
-
-def indexes_dir() -> Path:
-    """Where the index files are kept: `indexes/` in replay-server's cache."""
-    return cache_root() / "indexes"
 
 
 @dataclass(frozen=True)
@@ -156,8 +151,8 @@ def open_cached(paths: Sequence[str | Path], options: Options,
     key = key_of(planned, options, urls or {})
     entry = indexes_dir() / key.name
     notes: list[str] = []
-    if entry.exists():
-        hit = _open_entry(entry, aliases, notes)
+    if (lock := hold(entry)) is not None:  # (kept while served: cache_folder.py)
+        hit = _open_entry(entry, lock, aliases, notes)
         if hit is not None:
             built = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(
                 hit.meta["built"])))
@@ -168,7 +163,7 @@ def open_cached(paths: Sequence[str | Path], options: Options,
     return _build(paths, key, options, aliases, notes, urls or {})
 
 
-def _open_entry(entry: Path, aliases: dict[str, str] | None, notes: list[str]
+def _open_entry(entry: Path, lock: int, aliases: dict[str, str] | None, notes: list[str]
                 ) -> file.StoredIndex | None:
     """The cached index `entry`, opened whole; None (said in `notes`, the entry removed)
     if it cannot be: it is then built again."""
@@ -186,12 +181,13 @@ def _open_entry(entry: Path, aliases: dict[str, str] | None, notes: list[str]
     if index is None:
         notes.append(f"replay-server: the cached index {entry} cannot be used ({why}): "
                      "building it again")
+        release(lock)
         with contextlib.suppress(OSError):
             entry.unlink(missing_ok=True)
         return None
     with contextlib.suppress(OSError):  # (a cache that cannot be written: not said)
         os.utime(entry)  # last used (`replay-server cache`)
-    return index
+    return keep(lock, index)
 
 
 def _build(paths: Sequence[str | Path], key: Key, options: Options,
@@ -214,11 +210,14 @@ def _build(paths: Sequence[str | Path], key: Key, options: Options,
                                 EXAMPLES: orjson.dumps(examples).decode(), NAME: key.name})
     del loaded  # (no cycle holds it: freed here, whole)
     heap.trim()  # what the load held goes back to the system: the index is on disk
+    lock = hold(target) if target.parent == folder else None
     if target.parent == folder:
         _supersede(folder, key)
         notes.append(f"replay-server: indexed into the cache: {target} (the cache: "
-                     f"{_summary(folder)}; `replay-server cache` lists it)")
-    return Cached(file.StoredIndex(target, aliases), notes + report, tokenizer, planned)
+                     f"{summary()}; `replay-server cache` lists it)")
+    index = file.StoredIndex(target, aliases)  # (removed once written: the open says so)
+    return Cached(index if lock is None else keep(lock, index), notes + report, tokenizer,
+                  planned)
 
 
 def _target(entry: Path, notes: list[str]) -> Path:
@@ -258,69 +257,7 @@ def _changed(key: Key, planned: Plan, options: Options, urls: Mapping[Path, str]
 
 
 def _supersede(folder: Path, key: Key) -> None:
-    """Remove the entries of the same inputs and other identities."""
+    """Remove the entries of the same inputs and other identities (but those served)."""
     for old in folder.glob(f"{key.inputs}-*.idx"):
         if old.name != key.name:
-            old.unlink(missing_ok=True)
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A cached index as `replay-server cache` lists it."""
-
-    path: Path
-    size: int
-    used: float  # when it was last served (its mtime)
-    built: float | None  # None: its meta cannot be read
-    inputs: list[str]
-
-
-def entries() -> list[Entry]:
-    """Every index in the cache, the most recently used first."""
-    found = []
-    for path in indexes_dir().glob("*.idx"):
-        try:
-            st = path.stat()
-        except OSError:
-            continue  # removed meanwhile
-        try:
-            index = file.StoredIndex(path)
-            built, inputs = float(index.meta["built"]), index.sources.arguments
-            index.db.close()
-        except (LoadError, OSError, KeyError, ValueError):
-            built, inputs = None, []
-        found.append(Entry(path, st.st_size, st.st_mtime, built, inputs))
-    return sorted(found, key=lambda e: -e.used)
-
-
-def unfinished() -> list[tuple[Path, int]]:
-    """What builds cut short left (a start killed while it wrote an index: its file under
-    `writer.written_whole`'s temporary name), with their sizes: never opened, but they
-    take room until `clear`. Not removed by a start: another may be writing it now."""
-    found = []
-    for path in indexes_dir().glob(".*.tmp"):
-        with contextlib.suppress(OSError):  # (renamed meanwhile: a build that finished)
-            found.append((path, path.stat().st_size))
-    return found
-
-
-def _summary(folder: Path) -> str:
-    sizes = [e.size for e in entries()]
-    return f"{len(sizes)} index(es), {sum(sizes) / 1e6:.1f} MB in {folder}"
-
-
-def clear() -> tuple[int, int, int]:
-    """Remove every index of the cache and what builds cut short left; the number of
-    each removed and the bytes freed. A server serving one keeps its open copy."""
-    count = left = freed = 0
-    folder = indexes_dir()
-    for path in folder.iterdir() if folder.is_dir() else ():
-        try:
-            size = path.stat().st_size
-            path.unlink()
-        except OSError:
-            continue  # removed meanwhile
-        count += path.suffix == ".idx"
-        left += path.name.startswith(".") and path.suffix == ".tmp"
-        freed += size
-    return count, left, freed
+            remove_unused(old)

@@ -150,3 +150,20 @@ def test_what_a_killed_build_left_is_shown_and_cleared(tmp_path: Path,
     assert said[0].startswith(f"removed 1 index(es) and 1 unfinished build(s) from "
                               f"{built.parent}, freed ")
     assert list(built.parent.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_an_index_being_served_is_kept_by_clear(tmp_path: Path) -> None:
+    """`cache --clear` just after a server with workers said it was ready (its workers
+    still starting, to open the index by its name): the index in use is kept and said
+    so, and the server answers. (Removed, the workers failed to open it and the server
+    died.)"""
+    env = _env(tmp_path)
+    saved = _saved(tmp_path / "run.jsonl")
+    with spawn("serve", str(saved), "--workers", "2", env=env) as server:
+        cleared = _cli(env, "cache", "--clear")
+        assert cleared.stderr.startswith("removed 0 index(es) from "), cleared.stderr
+        assert "kept 1 in use by a running server" in cleared.stderr
+        assert _asked(server.url, "q0") == "a0"
+    assert server.proc.returncode == 0, server.output
+    assert _cli(env, "cache", "--clear").stderr.startswith("removed 1 index(es) from ")

@@ -3,6 +3,7 @@ served before opens it again, never a stale one (a changed file is indexed again
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from pathlib import Path
@@ -13,7 +14,8 @@ import pytest
 from openai import OpenAI
 
 from replay_server.index import cache
-from replay_server.index.cache import Options, entries, open_cached
+from replay_server.index.cache import Options, open_cached
+from replay_server.index.cache_folder import Cleared, clear, entries
 from replay_server.index.loading import load
 from replay_server.settings import Settings
 from tests.support import chat_record, chat_response, serving, write_jsonl
@@ -37,6 +39,7 @@ def _answer(paths: list[Path], question: str) -> str:
             OpenAI(base_url=url, api_key="k", max_retries=0) as client:
         reply = client.chat.completions.create(
             model="test/model", messages=[{"role": "user", "content": question}])
+    gc.collect()  # the server's index freed, as at the end of its process: no longer held
     return str(reply.choices[0].message.content)
 
 
@@ -169,11 +172,14 @@ def test_the_digest_reads_the_whole_file(tmp_path: Path) -> None:
 def test_entries_list_what_each_was_built_from(tmp_path: Path) -> None:
     saved = _saved(tmp_path / "run.jsonl", ("q", "a"))
     before = time.time()
-    open_cached([saved], Options())
+    served = open_cached([saved], Options())
     [entry] = entries()
     assert entry.inputs == [str(saved)] and entry.size == entry.path.stat().st_size
     assert entry.built is not None and before - 1 <= entry.built <= time.time()
-    assert cache.clear() == (1, 0, entry.size) and entries() == []
+    assert clear() == Cleared(0, 0, 0, 1) and entries() == [entry]  # kept: served
+    del served  # (the index closed: its lock goes with it)
+    gc.collect()
+    assert clear() == Cleared(1, 0, entry.size, 0) and entries() == []
 
 
 def test_the_environment_the_readers_read_is_in_the_key(
