@@ -160,7 +160,8 @@ def open_cached(paths: Sequence[str | Path], options: Options,
                       f"{entry} (built {built}); what that load said:",
                       *orjson.loads(hit.meta[REPORT])]
             return Cached(hit, notes + report, tokenizer_of(options.tokenizer), planned)
-    return _build(paths, key, options, aliases, notes, urls or {})
+    target = _target(entry, planned, notes)
+    return _build(paths, key, target, options, aliases, notes, urls or {})
 
 
 def _open_entry(entry: Path, lock: int, aliases: dict[str, str] | None, notes: list[str]
@@ -190,13 +191,12 @@ def _open_entry(entry: Path, lock: int, aliases: dict[str, str] | None, notes: l
     return keep(lock, index)
 
 
-def _build(paths: Sequence[str | Path], key: Key, options: Options,
+def _build(paths: Sequence[str | Path], key: Key, target: Path, options: Options,
            aliases: dict[str, str] | None, notes: list[str], urls: Mapping[Path, str]
            ) -> Cached:
-    """Load the files, write their index (into the cache if it can be written), free the
-    load, and open the index."""
+    """Load the files, write their index into `target` (the cache's entry, or a temporary
+    file), free the load, and open the index."""
     folder = indexes_dir()
-    target = _target(folder / key.name, notes)
     loaded = load(paths, skip_bad_lines=options.skip_bad_lines, max_line=options.max_line,
                   tokenizer=options.tokenizer)
     report, tokenizer, planned = report_lines(loaded), loaded.ctx.tokenizer, loaded.plan
@@ -220,20 +220,25 @@ def _build(paths: Sequence[str | Path], key: Key, options: Options,
                   planned)
 
 
-def _target(entry: Path, notes: list[str]) -> Path:
-    """`entry`, if its folder can be written; else a temporary file (said in `notes`)."""
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=entry.parent, prefix=".probe-"):
-            pass
-    except OSError as e:
-        temporary = _temporary()
-        notes.append(f"replay-server: the cache {entry.parent} cannot be written "
-                     f"({e.strerror or e}): the index is built into {temporary}, removed "
-                     "at exit (set REPLAY_SERVER_CACHE to a folder that can be written to "
-                     "keep it)")
-        return temporary
-    return entry
+def _target(entry: Path, planned: Plan, notes: list[str]) -> Path:
+    """`entry`, if its folder can be written and is not inside a folder of saved runs
+    that is read (the next load of it would read the index too); else a temporary file
+    (said in `notes`)."""
+    if (read := planned.read_folder_of(entry)) is not None:
+        why = f"is inside {read}, a directory of saved runs that is read"
+    else:
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=entry.parent, prefix=".probe-"):
+                pass
+            return entry
+        except OSError as e:
+            why = f"cannot be written ({e.strerror or e})"
+    temporary = _temporary()
+    notes.append(f"replay-server: the cache {entry.parent} {why}: the index is built into "
+                 f"{temporary}, removed at exit (set REPLAY_SERVER_CACHE to a folder that "
+                 "can be written, outside the saved runs, to keep it)")
+    return temporary
 
 
 def _temporary() -> Path:

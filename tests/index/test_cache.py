@@ -297,3 +297,20 @@ def test_an_entry_is_served_only_under_the_name_it_was_built_for(tmp_path: Path)
     second.index.path.unlink()
     second.index.path.symlink_to(first.index.path)  # (built again just above)
     assert _answer([two], "q") == "two"
+
+
+def test_a_cache_inside_the_served_folder_still_serves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`serve .` where REPLAY_SERVER_CACHE is `./.cache`: an index is never written into
+    a folder of saved runs that is read, so it is built into a temporary file and said,
+    not refused after the whole load as if the user had asked to write it there."""
+    monkeypatch.setenv("REPLAY_SERVER_CACHE", str(tmp_path / ".cache"))
+    _saved(tmp_path / "run.jsonl", ("q", "a"))
+    opened = open_cached([tmp_path], Options())
+    assert opened.report[0].startswith(f"replay-server: the cache {tmp_path}/.cache/indexes "
+                                       f"is inside {tmp_path}, a directory of saved runs "
+                                       "that is read: the index is built into ")
+    assert opened.report[1].startswith("loaded 1 saved exchanges")
+    assert not (tmp_path / ".cache" / "indexes").exists()
+    opened.index.db.close()
+    opened.index.path.unlink()  # (what the end of the process does)
