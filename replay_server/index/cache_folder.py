@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..errors import LoadError
 from ..saved.objects import cache_root
+from ..saved.writer import being_written
 from . import file
 
 
@@ -105,12 +106,13 @@ def entries() -> list[Entry]:
 
 def unfinished() -> list[tuple[Path, int]]:
     """What builds cut short left (a start killed while it wrote an index: its file under
-    `writer.written_whole`'s temporary name), with their sizes: never opened, but they
-    take room until `clear`. Not removed by a start: another may be writing it now."""
+    `writer.written_whole`'s temporary name, which no process writes now), with their
+    sizes: never opened, but they take room until `clear`."""
     found = []
     for path in indexes_dir().glob(".*.tmp"):
         try:
-            found.append((path, path.stat().st_size))
+            if not being_written(path):
+                found.append((path, path.stat().st_size))
         except OSError:
             continue  # renamed meanwhile: a build that finished
     return found
@@ -134,7 +136,7 @@ class Cleared:
 
 def clear() -> Cleared:
     """Remove every index of the cache that no process serves, and what builds cut short
-    left."""
+    left (not what a start is writing now)."""
     count = in_use = freed = 0
     for entry in entries():
         if remove_unused(entry.path):
