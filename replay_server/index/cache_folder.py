@@ -11,6 +11,7 @@ stays until the server exits) and broke what opens it by name after: the workers
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import weakref
@@ -36,7 +37,8 @@ def hold(entry: Path) -> int | None:
         fd = os.open(entry, os.O_RDONLY)
     except OSError:
         return None
-    fcntl.flock(fd, fcntl.LOCK_SH)
+    with contextlib.suppress(OSError):  # (a filesystem without locks: served unlocked)
+        fcntl.flock(fd, fcntl.LOCK_SH)
     try:
         same = os.stat(entry).st_ino == os.fstat(fd).st_ino
     except OSError:
@@ -67,9 +69,15 @@ def remove_unused(path: Path) -> bool:
         return False  # removed meanwhile
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False  # served
+    except OSError:
+        pass  # a filesystem without locks: whether it is served cannot be told
+    try:
         path.unlink()
         return True
-    except OSError:  # BlockingIOError: served
+    except OSError:
         return False
     finally:
         os.close(fd)

@@ -15,6 +15,7 @@ exchanges never interleave within a line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import os
@@ -99,7 +100,8 @@ def written_whole(out: Path) -> Iterator[Path]:
     tmp = _new_beside(target)
     lock = os.open(tmp, os.O_RDONLY)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):  # (a filesystem without locks: written unlocked)
+            fcntl.flock(lock, fcntl.LOCK_EX)
         yield tmp
         os.replace(tmp, target)
     except BaseException:
@@ -121,6 +123,8 @@ def being_written(path: Path) -> bool:
         return False
     except BlockingIOError:
         return True
+    except OSError:  # a filesystem without locks: cannot be told
+        return False
     finally:
         os.close(fd)
 
