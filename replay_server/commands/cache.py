@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..index.cache import clear, entries, indexes_dir
+from ..index.cache_folder import clear, entries, indexes_dir, unfinished
 from ..saved.objects import cache_dir, cache_root
 from .exits import DONE
 
@@ -38,15 +38,22 @@ def show(say: Callable[[str], None]) -> int:
         say(f"  {entry.path.name}: {_size(entry.size)}, built {_when(entry.built)}, "
             f"last used {_when(entry.used)}")
         say(f"    from {' '.join(entry.inputs) or 'unknown (unreadable: rebuilt at its next use)'}")
+    if left := unfinished():
+        say(f"unfinished builds ({indexes_dir()}): {len(left)}, "
+            f"{_size(sum(size for _, size in left))} (left by a start stopped while it wrote "
+            "an index; --clear removes them)")
     say(f"fetched objects ({cache_dir()}): {_size(_folder_size(cache_dir()))}")
     return DONE
 
 
 def clear_indexes(say: Callable[[str], None]) -> int:
-    """Remove every index of the cache, and say what that freed (fetched objects are
-    kept: fetching them again costs more than an index)."""
-    count, freed = clear()
-    say(f"removed {count} index(es) from {indexes_dir()}, freed {_size(freed)}")
+    """Remove every index of the cache that no server serves, and say what that freed
+    (fetched objects are kept: fetching them again costs more than an index)."""
+    cleared = clear()
+    also = f" and {cleared.unfinished} unfinished build(s)" if cleared.unfinished else ""
+    kept = f"; kept {cleared.in_use} in use by a running server" if cleared.in_use else ""
+    say(f"removed {cleared.indexes} index(es){also} from {indexes_dir()}, freed "
+        f"{_size(cleared.freed)}{kept}")
     say(f"fetched objects kept ({cache_dir()}, {_size(_folder_size(cache_dir()))}): remove "
         "that folder to clear them too")
     return DONE

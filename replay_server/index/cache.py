@@ -3,14 +3,18 @@ the first time they are served and kept, so that a run served before starts at o
 every run is served one way (memory-mapped: little memory, `--workers N` for files too).
 
 An entry is named by two digests: of what was asked (`Key.inputs`: the arguments, as
-absolute paths, and the options that change what is built), then of what that is now
-(`Key.identity`: each planned file's absolute path, size, mtime in nanoseconds and a
-digest of its whole content, the tokenizer's files, the index format's, key's and
-replay-server's versions). A changed file is a new name, so it is built again: never a
-stale answer. The content digest is there because size and mtime can be copied (`cp -p`,
-`touch -r`, rsync): xxh3-128 of the file through a memory map, some 0.25 s for 3 GB in
-the page cache (sha256 is 6-7x slower, and a cache key needs no cryptographic strength:
-nobody picks the saved files to collide with themselves; docs/performance.md).
+absolute paths, the options that change what is built and the environment variables the
+readers read, `formats.ENVIRONMENT`), then of what that is now (`Key.identity`: each
+planned file's absolute path, size, mtime in nanoseconds and a digest of its whole
+content, the files the tokenizer is read from, the index format's, key's and
+replay-server's versions, and a digest of replay-server's own code: an editable install
+whose readers changed keeps its version string). A changed file is a new name, so it is
+built again: never a stale answer. The content digest is there because size and mtime
+can be copied (`cp -p`, `touch -r`, rsync): xxh3-128 of the file through a memory map,
+some 0.25 s for 3 GB in the page cache (sha256 is 6-7x slower, and a cache key needs no
+cryptographic strength: nobody picks the saved files to collide with themselves;
+docs/performance.md). The files are digested again after the load: a file rewritten
+while it was read (even to the same size and mtime) leaves its index out of the cache.
 
 An entry is written whole under a temporary name and renamed (`file.write`): two starts
 at once both build, and the second rename wins; neither reads half a file. One written
@@ -24,12 +28,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import hashlib
 import mmap
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,23 +44,19 @@ import xxhash
 
 from .. import __version__
 from ..errors import LoadError
-from ..saved.formats import LoadContext
+from ..saved.formats import ENVIRONMENT, LoadContext
 from ..saved.loader import Plan, plan, tokenizer_of
-from ..saved.local_tokenizer import LocalTokenizer
-from ..saved.objects import cache_root
+from ..saved.local_tokenizer import LocalTokenizer, read_from
 from ..settings import DEFAULT_MAX_LINE
 from ..wire import keys
 from . import file, heap
+from .cache_folder import hold, indexes_dir, keep, release, remove_unused, summary
 from .index import prompt_of
 from .loading import load, report_lines
 
 REPORT = "load_report"  # the meta row that keeps what the load said (JSON lines)
 EXAMPLES = "load_examples"  # and the first saved prompt of each endpoint, for the snippet
-
-
-def indexes_dir() -> Path:
-    """Where the index files are kept: `indexes/` in replay-server's cache."""
-    return cache_root() / "indexes"
+NAME = "cache_entry"  # and the name it was built under: one found under another is refused
 
 
 @dataclass(frozen=True)
@@ -69,12 +70,10 @@ class Options:
 
 @dataclass(frozen=True)
 class Key:
-    """An entry's name: what was asked, then what it is now; and each file's (size,
-    mtime_ns) when it was digested."""
+    """An entry's name: what was asked, then what it is now."""
 
     inputs: str
     identity: str
-    stamps: dict[str, tuple[int, int]]
 
     @property
     def name(self) -> str:
@@ -90,40 +89,39 @@ def digest(path: Path) -> str:
             return xxhash.xxh3_128_hexdigest(mapped)
 
 
-def _stamp(path: Path) -> tuple[int, int]:
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns
-
-
-def _files(root: str | None) -> Iterator[Path]:
-    """The files of a tokenizer folder (or the file itself), sorted."""
-    if root is None:
-        return iter(())
-    path = Path(root)
-    if path.is_file():
-        return iter([path])
-    return iter(sorted(p for p in path.rglob("*") if p.is_file()))
+@functools.cache
+def code() -> str:
+    """A digest of every file of the replay_server package, read once a process: the
+    readers and the index writer are what builds an entry (some 10 ms for its ~170
+    files; an installed release and an editable checkout alike)."""
+    root = Path(__file__).resolve().parent.parent
+    hashed = xxhash.xxh3_128()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and
+                       "__pycache__" not in p.parts):
+        hashed.update(orjson.dumps([str(path.relative_to(root)), digest(path)]))
+    return hashed.hexdigest()
 
 
 def key_of(planned: Plan, options: Options, urls: Mapping[Path, str]) -> Key:
     """The key of a planned load with `options`, its arguments named by their URLs where
     they are fetched objects' local views (`urls`: each view's changes with the objects).
-    Each file is stamped before it is digested: a file that changes while it is digested
-    is found changed after the load."""
+    A file that changes while it is digested or loaded is found changed when the key is
+    made again after the load (`_changed`)."""
     def hashed(value: object) -> str:
         return hashlib.sha256(orjson.dumps(value)).hexdigest()[:24]
 
     asked = [[urls.get(p, str(p)) for p in planned.arguments],
              options.skip_bad_lines, options.max_line, options.tokenizer and
-             str(Path(options.tokenizer).absolute())]
-    stamps: dict[str, tuple[int, int]] = {}
+             str(Path(options.tokenizer).absolute()),
+             {name: os.environ.get(name) for name in ENVIRONMENT}]
     files = []
     for _, path in planned.files:
-        stamps[str(path.absolute())] = _stamp(path)
-        files.append([str(path.absolute()), *stamps[str(path.absolute())], digest(path)])
-    tokenizer = [[str(p), digest(p)] for p in _files(options.tokenizer)]
-    versions = [file.VERSION, keys.KEY_VERSION, __version__]
-    return Key(hashed(asked), hashed([files, tokenizer, versions]), stamps)
+        st = path.stat()  # (before the digest: a change during it shows after the load)
+        files.append([str(path.absolute()), st.st_size, st.st_mtime_ns, digest(path)])
+    tokenizer = [[str(p.absolute()), digest(p)]
+                 for p in (read_from(options.tokenizer) if options.tokenizer else [])]
+    versions = [file.VERSION, keys.KEY_VERSION, __version__, code()]
+    return Key(hashed(asked), hashed([files, tokenizer, versions]))
 
 
 @dataclass
@@ -153,8 +151,8 @@ def open_cached(paths: Sequence[str | Path], options: Options,
     key = key_of(planned, options, urls or {})
     entry = indexes_dir() / key.name
     notes: list[str] = []
-    if entry.exists():
-        hit = _open_entry(entry, aliases, notes)
+    if (lock := hold(entry)) is not None:  # (kept while served: cache_folder.py)
+        hit = _open_entry(entry, lock, aliases, notes)
         if hit is not None:
             built = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(
                 hit.meta["built"])))
@@ -162,10 +160,11 @@ def open_cached(paths: Sequence[str | Path], options: Options,
                       f"{entry} (built {built}); what that load said:",
                       *orjson.loads(hit.meta[REPORT])]
             return Cached(hit, notes + report, tokenizer_of(options.tokenizer), planned)
-    return _build(paths, key, options, aliases, notes)
+    target = _target(entry, planned, notes)
+    return _build(paths, key, target, options, aliases, notes, urls or {})
 
 
-def _open_entry(entry: Path, aliases: dict[str, str] | None, notes: list[str]
+def _open_entry(entry: Path, lock: int, aliases: dict[str, str] | None, notes: list[str]
                 ) -> file.StoredIndex | None:
     """The cached index `entry`, opened whole; None (said in `notes`, the entry removed)
     if it cannot be: it is then built again."""
@@ -174,60 +173,72 @@ def _open_entry(entry: Path, aliases: dict[str, str] | None, notes: list[str]
         why = ""
     except LoadError as e:
         why, index = e.reason, None
-    if index is not None and not {REPORT, EXAMPLES} <= set(index.meta):
+    if index is not None and not {REPORT, EXAMPLES, NAME} <= set(index.meta):
         index.db.close()
         why, index = "it holds no load report (not written by the cache)", None
+    if index is not None and index.meta[NAME] != entry.name:
+        index.db.close()
+        why, index = f"it was built for other files, as {index.meta[NAME]}", None
     if index is None:
         notes.append(f"replay-server: the cached index {entry} cannot be used ({why}): "
                      "building it again")
+        release(lock)
         with contextlib.suppress(OSError):
             entry.unlink(missing_ok=True)
         return None
     with contextlib.suppress(OSError):  # (a cache that cannot be written: not said)
         os.utime(entry)  # last used (`replay-server cache`)
-    return index
+    return keep(lock, index)
 
 
-def _build(paths: Sequence[str | Path], key: Key, options: Options,
-           aliases: dict[str, str] | None, notes: list[str]) -> Cached:
-    """Load the files, write their index (into the cache if it can be written), free the
-    load, and open the index."""
+def _build(paths: Sequence[str | Path], key: Key, target: Path, options: Options,
+           aliases: dict[str, str] | None, notes: list[str], urls: Mapping[Path, str]
+           ) -> Cached:
+    """Load the files, write their index into `target` (the cache's entry, or a temporary
+    file), free the load, and open the index."""
     folder = indexes_dir()
-    target = _target(folder / key.name, notes)
     loaded = load(paths, skip_bad_lines=options.skip_bad_lines, max_line=options.max_line,
                   tokenizer=options.tokenizer)
     report, tokenizer, planned = report_lines(loaded), loaded.ctx.tokenizer, loaded.plan
     examples = [(r.endpoint, r.model, prompt_of(r)) for _, r in sorted(loaded.examples.items())]
-    if target.parent == folder and _changed(key, planned):
+    if target.parent == folder and _changed(key, planned, options, urls):
         target = _temporary()
         notes.append("replay-server: the saved files changed while they were read: their "
                      f"index is not kept in the cache (built into {target}, removed at "
                      "exit)")
     file.write(loaded, target, {REPORT: orjson.dumps(report).decode(),
-                                EXAMPLES: orjson.dumps(examples).decode()})
+                                EXAMPLES: orjson.dumps(examples).decode(), NAME: key.name})
     del loaded  # (no cycle holds it: freed here, whole)
     heap.trim()  # what the load held goes back to the system: the index is on disk
+    lock = hold(target) if target.parent == folder else None
     if target.parent == folder:
         _supersede(folder, key)
         notes.append(f"replay-server: indexed into the cache: {target} (the cache: "
-                     f"{_summary(folder)}; `replay-server cache` lists it)")
-    return Cached(file.StoredIndex(target, aliases), notes + report, tokenizer, planned)
+                     f"{summary()}; `replay-server cache` lists it)")
+    index = file.StoredIndex(target, aliases)  # (removed once written: the open says so)
+    return Cached(index if lock is None else keep(lock, index), notes + report, tokenizer,
+                  planned)
 
 
-def _target(entry: Path, notes: list[str]) -> Path:
-    """`entry`, if its folder can be written; else a temporary file (said in `notes`)."""
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=entry.parent, prefix=".probe-"):
-            pass
-    except OSError as e:
-        temporary = _temporary()
-        notes.append(f"replay-server: the cache {entry.parent} cannot be written "
-                     f"({e.strerror or e}): the index is built into {temporary}, removed "
-                     "at exit (set REPLAY_SERVER_CACHE to a folder that can be written to "
-                     "keep it)")
-        return temporary
-    return entry
+def _target(entry: Path, planned: Plan, notes: list[str]) -> Path:
+    """`entry`, if its folder can be written and is not inside a folder of saved runs
+    that is read (the next load of it would read the index too); else a temporary file
+    (said in `notes`)."""
+    if (read := planned.read_folder_of(entry)) is not None:
+        why = f"is inside {read}, a directory of saved runs that is read"
+    else:
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=entry.parent, prefix=".probe-"):
+                pass
+            return entry
+        except OSError as e:
+            why = f"cannot be written ({e.strerror or e})"
+    temporary = _temporary()
+    notes.append(f"replay-server: the cache {entry.parent} {why}: the index is built into "
+                 f"{temporary}, removed at exit (set REPLAY_SERVER_CACHE to a folder that "
+                 "can be written, outside the saved runs, to keep it)")
+    return temporary
 
 
 def _temporary() -> Path:
@@ -239,67 +250,19 @@ def _temporary() -> Path:
     return path
 
 
-def _changed(key: Key, planned: Plan) -> bool:
-    """Whether the files the load read are not those the key was made of, as they were."""
+def _changed(key: Key, planned: Plan, options: Options, urls: Mapping[Path, str]) -> bool:
+    """Whether the files the load read are not those the key was made of, as they were:
+    their key made again, whole (a second digest of each: some 0.25 s for 3 GB, beside a
+    load that takes seconds). A file changed and changed back during the load itself
+    is beyond it: only a digest of the very bytes the readers read could see that."""
     try:
-        now = {str(p.absolute()): _stamp(p) for _, p in planned.files}
+        return key_of(planned, options, urls).identity != key.identity
     except OSError:
         return True
-    return now != key.stamps
 
 
 def _supersede(folder: Path, key: Key) -> None:
-    """Remove the entries of the same inputs and other identities."""
+    """Remove the entries of the same inputs and other identities (but those served)."""
     for old in folder.glob(f"{key.inputs}-*.idx"):
         if old.name != key.name:
-            old.unlink(missing_ok=True)
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A cached index as `replay-server cache` lists it."""
-
-    path: Path
-    size: int
-    used: float  # when it was last served (its mtime)
-    built: float | None  # None: its meta cannot be read
-    inputs: list[str]
-
-
-def entries() -> list[Entry]:
-    """Every index in the cache, the most recently used first."""
-    found = []
-    for path in indexes_dir().glob("*.idx"):
-        try:
-            st = path.stat()
-        except OSError:
-            continue  # removed meanwhile
-        try:
-            index = file.StoredIndex(path)
-            built, inputs = float(index.meta["built"]), index.sources.arguments
-            index.db.close()
-        except (LoadError, OSError, KeyError, ValueError):
-            built, inputs = None, []
-        found.append(Entry(path, st.st_size, st.st_mtime, built, inputs))
-    return sorted(found, key=lambda e: -e.used)
-
-
-def _summary(folder: Path) -> str:
-    sizes = [e.size for e in entries()]
-    return f"{len(sizes)} index(es), {sum(sizes) / 1e6:.1f} MB in {folder}"
-
-
-def clear() -> tuple[int, int]:
-    """Remove every index of the cache (and what a build cut short left); the number of
-    indexes removed and the bytes freed. A server serving one keeps its open copy."""
-    count = freed = 0
-    folder = indexes_dir()
-    for path in folder.iterdir() if folder.is_dir() else ():
-        try:
-            size = path.stat().st_size
-            path.unlink()
-        except OSError:
-            continue  # removed meanwhile
-        count += path.suffix == ".idx"
-        freed += size
-    return count, freed
+            remove_unused(old)

@@ -93,11 +93,15 @@ class Plan:
                 self.inodes:
             raise LoadError(str(out), None, "is one of the inputs: write to another file "
                             "(saved files are only ever read)")
-        folder = next((f for f in (target, *target.parents) if f in self.folders), None)
-        if folder is not None:
+        if (folder := self.read_folder_of(out)) is not None:
             raise LoadError(str(out), None, f"is inside {folder}, a directory of saved runs "
                             "that is read: write it elsewhere (saved files are only ever "
                             "read, and the next load of the directory would read it too)")
+
+    def read_folder_of(self, out: Path) -> Path | None:
+        """The directory of saved runs that is read which `out` is inside, if any."""
+        target = out.resolve()
+        return next((f for f in (target, *target.parents) if f in self.folders), None)
 
 
 def absolute(path: Path) -> Path:

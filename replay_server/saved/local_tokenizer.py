@@ -113,6 +113,9 @@ def _clean_up_tokenization(text: str) -> str:
     return text
 
 
+CONFIGS = ("tokenizer_config.json", "special_tokens_map.json")  # read beside tokenizer.json
+
+
 def load_tokenizer(path: str | os.PathLike[str]) -> LocalTokenizer:
     """The tokenizer in `path`: a folder holding `tokenizer.json` (plus, as lm-eval's
     `tokenizer=` folder usually has, `tokenizer_config.json` and maybe
@@ -120,6 +123,28 @@ def load_tokenizer(path: str | os.PathLike[str]) -> LocalTokenizer:
     read too). Never downloads: anything else (a hub name, a folder with only
     `tokenizer.model` or `vocab.json`) is refused with what to do instead."""
     given = Path(path)
+    folder, file = _located(given)
+    tk = _tokenizers()
+    try:
+        backend: Tokenizer = tk.Tokenizer.from_file(str(file))
+    except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exception
+        raise TokenizerError(f"{file}: not a `tokenizers` tokenizer.json: {e}") from e
+    config, special_map = (_json_object(folder / name) for name in CONFIGS)
+    return _set_up(backend, file, config, special_map)
+
+
+def read_from(path: str | os.PathLike[str]) -> list[Path]:
+    """The files `load_tokenizer(path)` reads (those of them that exist): what the
+    tokenizer is, for the index cache's key; [] for a path it refuses."""
+    try:
+        folder, file = _located(Path(path))
+    except TokenizerError:
+        return []
+    return [p for p in (file, *(folder / name for name in CONFIGS)) if p.is_file()]
+
+
+def _located(given: Path) -> tuple[Path, Path]:
+    """The folder and the tokenizer.json of `--tokenizer given`; TokenizerError if none."""
     if given.is_dir():
         folder, file = given, given / "tokenizer.json"
         if not file.is_file():
@@ -135,14 +160,7 @@ def load_tokenizer(path: str | os.PathLike[str]) -> LocalTokenizer:
             f"{given} is not a local file or folder; replay-server never downloads a "
             "tokenizer: give the folder that lm-eval's `tokenizer=` loaded (with "
             "tokenizer.json), e.g. a snapshot in the Hugging Face cache")
-    tk = _tokenizers()
-    try:
-        backend: Tokenizer = tk.Tokenizer.from_file(str(file))
-    except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exception
-        raise TokenizerError(f"{file}: not a `tokenizers` tokenizer.json: {e}") from e
-    config = _json_object(folder / "tokenizer_config.json")
-    special_map = _json_object(folder / "special_tokens_map.json")
-    return _set_up(backend, file, config, special_map)
+    return folder, file
 
 
 def _json_object(path: Path) -> dict[str, Any]:

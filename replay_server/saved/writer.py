@@ -15,6 +15,7 @@ exchanges never interleave within a line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import os
@@ -90,17 +91,42 @@ def written_whole(out: Path) -> Iterator[Path]:
     """A new empty file beside `out` to write, renamed to `out` once the block ends, and
     removed if it raises: `out` is the old file or the new one whole, never a part of it.
     A symlink `out` keeps pointing where it did: the file it points to is replaced; a pipe
-    or a device is never replaced (`not_a_file`)."""
+    or a device is never replaced (`not_a_file`). The new file is locked (flock, exclusive)
+    until renamed: what cleans a folder of files left by killed writers (`replay-server
+    cache --clear`) leaves one being written (`being_written`)."""
     target = out.resolve()
     if (node := not_a_file(target)) is not None:
         raise OSError(errno.EINVAL, f"{out} is {node}, not a regular file", str(out))
     tmp = _new_beside(target)
+    lock = os.open(tmp, os.O_RDONLY)
     try:
+        with contextlib.suppress(OSError):  # (a filesystem without locks: written unlocked)
+            fcntl.flock(lock, fcntl.LOCK_EX)
         yield tmp
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    finally:
+        os.close(lock)
+
+
+def being_written(path: Path) -> bool:
+    """Whether `written_whole` is writing the file `path` now (a process holds its lock;
+    one killed holds none)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False  # renamed or removed meanwhile
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:  # a filesystem without locks: cannot be told
+        return False
+    finally:
+        os.close(fd)
 
 
 class RecordWriter:

@@ -128,3 +128,42 @@ def test_a_temporary_index_is_removed_at_exit(tmp_path: Path) -> None:
         assert Path(said[1]).is_file()
         assert server.stop() == 0
     assert not Path(said[1]).exists()
+
+
+def test_what_a_killed_build_left_is_shown_and_cleared(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start killed (SIGKILL) while it writes an index leaves the file it was writing
+    under its temporary name (`writer.written_whole`'s): the cache's size must count it,
+    and --clear remove it."""
+    from replay_server.saved import writer
+    monkeypatch.setenv("REPLAY_SERVER_CACHE", str(tmp_path / "cache"))
+    saved = _saved(tmp_path / "run.jsonl")
+    built = open_cached([saved], Options()).index.path
+    left = writer._new_beside(built.with_name("0-1.idx"))
+    left.write_bytes(b"\0" * 3_000_000)
+    said: list[str] = []
+    caching.show(said.append)
+    assert said[4] == (f"unfinished builds ({built.parent}): 1, 3.0 MB (left by a start "
+                       "stopped while it wrote an index; --clear removes them)")
+    said.clear()
+    caching.clear_indexes(said.append)
+    assert said[0].startswith(f"removed 1 index(es) and 1 unfinished build(s) from "
+                              f"{built.parent}, freed ")
+    assert list(built.parent.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_an_index_being_served_is_kept_by_clear(tmp_path: Path) -> None:
+    """`cache --clear` just after a server with workers said it was ready (its workers
+    still starting, to open the index by its name): the index in use is kept and said
+    so, and the server answers. (Removed, the workers failed to open it and the server
+    died.)"""
+    env = _env(tmp_path)
+    saved = _saved(tmp_path / "run.jsonl")
+    with spawn("serve", str(saved), "--workers", "2", env=env) as server:
+        cleared = _cli(env, "cache", "--clear")
+        assert cleared.stderr.startswith("removed 0 index(es) from "), cleared.stderr
+        assert "kept 1 in use by a running server" in cleared.stderr
+        assert _asked(server.url, "q0") == "a0"
+    assert server.proc.returncode == 0, server.output
+    assert _cli(env, "cache", "--clear").stderr.startswith("removed 1 index(es) from ")

@@ -3,6 +3,7 @@ served before opens it again, never a stale one (a changed file is indexed again
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from pathlib import Path
@@ -13,7 +14,9 @@ import pytest
 from openai import OpenAI
 
 from replay_server.index import cache
-from replay_server.index.cache import Options, entries, open_cached
+from replay_server.index.cache import Options, open_cached
+from replay_server.index.cache_folder import Cleared, clear, entries
+from replay_server.index.loading import load
 from replay_server.settings import Settings
 from tests.support import chat_record, chat_response, serving, write_jsonl
 
@@ -36,6 +39,7 @@ def _answer(paths: list[Path], question: str) -> str:
             OpenAI(base_url=url, api_key="k", max_retries=0) as client:
         reply = client.chat.completions.create(
             model="test/model", messages=[{"role": "user", "content": question}])
+    gc.collect()  # the server's index freed, as at the end of its process: no longer held
     return str(reply.choices[0].message.content)
 
 
@@ -168,8 +172,145 @@ def test_the_digest_reads_the_whole_file(tmp_path: Path) -> None:
 def test_entries_list_what_each_was_built_from(tmp_path: Path) -> None:
     saved = _saved(tmp_path / "run.jsonl", ("q", "a"))
     before = time.time()
-    open_cached([saved], Options())
+    served = open_cached([saved], Options())
     [entry] = entries()
     assert entry.inputs == [str(saved)] and entry.size == entry.path.stat().st_size
     assert entry.built is not None and before - 1 <= entry.built <= time.time()
-    assert cache.clear() == (1, entry.size) and entries() == []
+    assert clear() == Cleared(0, 0, 0, 1) and entries() == [entry]  # kept: served
+    del served  # (the index closed: its lock goes with it)
+    gc.collect()
+    assert clear() == Cleared(1, 0, entry.size, 0) and entries() == []
+
+
+def test_the_environment_the_readers_read_is_in_the_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """lm-eval's null-answer placeholder can be set in the environment: the same files
+    under another value are another load (an answer then, unusable now), never the
+    index of the first."""
+    from tests.saved.formats.test_lm_eval import copy_case, rewrite
+
+    def answered(lines: list[dict[str, Any]]) -> None:
+        for row in lines:
+            if row["doc_id"] == 0:
+                row["resps"][0][0] = "N/A"
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    rewrite(copy_case("chat_repeats", runs), answered)
+    monkeypatch.delenv("LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER", raising=False)
+    assert open_cached([runs], Options()).index.models["tiny-model"].unusable_records == 0
+    monkeypatch.setenv("LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER", "N/A")
+    again = open_cached([runs], Options())
+    assert again.index.models["tiny-model"].unusable_records == 1
+    assert "indexed before" not in again.report[0]
+
+
+@pytest.mark.http
+def test_a_file_changed_while_it_is_loaded_then_changed_back_is_never_served_stale(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer that rewrites the file between its digest and its load, keeping its size
+    and mtime (`cp -p`, rsync), then puts the old bytes back: the index of what was
+    loaded must not be kept under the old bytes' name."""
+    saved = _saved(tmp_path / "run.jsonl", ("q", "old"))
+    old, before = saved.read_bytes(), saved.stat()
+
+    def keep_stamps() -> None:
+        os.utime(saved, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    def rewritten_then_loaded(*args: Any, **kwargs: Any) -> Any:
+        _saved(saved, ("q", "new"))
+        keep_stamps()
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(cache, "load", rewritten_then_loaded)
+    during = open_cached([saved], Options())
+    assert "changed while they were read" in during.report[0]
+    during.index.db.close()
+    monkeypatch.setattr(cache, "load", load)
+    saved.write_bytes(old)
+    keep_stamps()
+    assert _answer([saved], "q") == "old"
+
+
+@pytest.mark.slow
+def test_other_reader_code_of_the_same_version_is_another_index(tmp_path: Path) -> None:
+    """An editable install whose reader changed keeps its version string: the index the
+    old code built is not served by the new (a copy of the package, one reader edited,
+    imported by a process of its own)."""
+    import shutil
+    import subprocess
+    import sys
+
+    import replay_server
+    saved = _saved(tmp_path / "run.jsonl", ("q", "a"))
+    copy = tmp_path / "code"
+    shutil.copytree(Path(replay_server.__file__).parent, copy / "replay_server",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    said = ("from replay_server.index.cache import Options, open_cached; import sys; "
+            "print(open_cached([sys.argv[1]], Options()).report[0])")
+
+    def first_line(code: Path | None) -> str:
+        env = {**os.environ, "PYTHONPATH": str(code)} if code else dict(os.environ)
+        return subprocess.run([sys.executable, "-c", said, str(saved)], env=env, text=True,
+                              capture_output=True, check=True, timeout=60,
+                              cwd=tmp_path).stdout  # (not this checkout's package)
+    assert first_line(copy).startswith("replay-server: indexed into the cache: ")
+    assert first_line(copy).startswith("replay-server: these files were indexed before")
+    reader = copy / "replay_server" / "saved" / "formats" / "native.py"
+    reader.write_text(reader.read_text() + "\n# changed\n")
+    assert first_line(copy).startswith("replay-server: indexed into the cache: ")
+
+
+@pytest.mark.parametrize("given", ["tokenizer.json", "its folder"])
+def test_the_tokenizer_is_keyed_on_the_files_it_is_read_from(tmp_path: Path,
+                                                             given: str) -> None:
+    """A tokenizer given as its tokenizer.json is read with the config beside it: a
+    changed config is another index. A file the tokenizer is not read from (a model's
+    weights in the same snapshot folder) is neither digested nor another index."""
+    import shutil
+    folder = tmp_path / "tokenizer"
+    shutil.copytree(Path(__file__).parents[1] / "data" / "gen" / "tokenizer", folder)
+    options = Options(tokenizer=str(folder / "tokenizer.json" if given != "its folder"
+                                    else folder))
+    saved = _saved(tmp_path / "run.jsonl", ("q", "a"))
+    first = open_cached([saved], options).index.path
+    (folder / "model.safetensors").write_bytes(b"weights")
+    assert open_cached([saved], options).index.path == first
+    config = folder / "tokenizer_config.json"
+    config.write_bytes(orjson.dumps({**orjson.loads(config.read_bytes()), "bos_token": "x"}))
+    assert "indexed before" not in open_cached([saved], options).report[0]
+
+
+@pytest.mark.http
+def test_an_entry_is_served_only_under_the_name_it_was_built_for(tmp_path: Path) -> None:
+    """An entry copied or linked over another's name (a synced cache, a hand's slip) is
+    another run's index: it is refused and built again, never served."""
+    one = _saved(tmp_path / "one.jsonl", ("q", "one"))
+    two = _saved(tmp_path / "two.jsonl", ("q", "two"))
+    first, second = (open_cached([p], Options()) for p in (one, two))
+    first.index.db.close()
+    second.index.db.close()
+    first.index.path.replace(second.index.path)
+    again = open_cached([two], Options())
+    assert "cannot be used (it was built for other files" in again.report[0]
+    again.index.db.close()
+    second.index.path.unlink()
+    second.index.path.symlink_to(first.index.path)  # (built again just above)
+    assert _answer([two], "q") == "two"
+
+
+def test_a_cache_inside_the_served_folder_still_serves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`serve .` where REPLAY_SERVER_CACHE is `./.cache`: an index is never written into
+    a folder of saved runs that is read, so it is built into a temporary file and said,
+    not refused after the whole load as if the user had asked to write it there."""
+    monkeypatch.setenv("REPLAY_SERVER_CACHE", str(tmp_path / ".cache"))
+    _saved(tmp_path / "run.jsonl", ("q", "a"))
+    opened = open_cached([tmp_path], Options())
+    assert opened.report[0].startswith(f"replay-server: the cache {tmp_path}/.cache/indexes "
+                                       f"is inside {tmp_path}, a directory of saved runs "
+                                       "that is read: the index is built into ")
+    assert opened.report[1].startswith("loaded 1 saved exchanges")
+    assert not (tmp_path / ".cache" / "indexes").exists()
+    opened.index.db.close()
+    opened.index.path.unlink()  # (what the end of the process does)

@@ -7,7 +7,7 @@ from .base import LoadContext, Reader
 from .evalscope import EvalscopeReader
 from .inspect_ai import InspectAIReader
 from .lighteval import LightevalReader
-from .lm_eval import LmEvalReader
+from .lm_eval import PLACEHOLDER, LmEvalReader
 from .native import NativeReader
 from .oe_eval import OeEvalReader
 from .olmo_eval import OlmoEvalReader
@@ -17,4 +17,8 @@ READERS: list[Reader] = [NativeReader(), OpenAIBatchReader(), AnthropicBatchRead
                           LmEvalReader(), InspectAIReader(), OlmoEvalReader(), OeEvalReader(),
                           LightevalReader(), EvalscopeReader()]
 
-__all__ = ["READERS", "LoadContext", "Reader"]
+# The environment variables a reader reads: what a load builds depends on their values as
+# much as on the files (the index cache keys on them, index/cache.py).
+ENVIRONMENT: tuple[str, ...] = (PLACEHOLDER,)
+
+__all__ = ["ENVIRONMENT", "READERS", "LoadContext", "Reader"]
