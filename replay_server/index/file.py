@@ -37,13 +37,15 @@ from __future__ import annotations
 import sqlite3
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
+from tqdm import tqdm
 
 from ..errors import IndexDamaged, LoadError
+from ..saved.loader import progress_bar
 from ..saved.writer import written_whole
 from ..wire import keys
 from ..wire.families import BY_KIND
@@ -57,6 +59,7 @@ from .samples import needs_cursor
 FORMAT = "replay-server index"
 VERSION = 4
 MMAP_BYTES = 1 << 40
+_Row = TypeVar("_Row")
 
 
 _SCHEMA = """
@@ -88,12 +91,17 @@ def write(loaded: Loaded, out: Path, notes: Mapping[str, str] | None = None) -> 
     number of prompts. `notes` are more `meta` rows, sealed with the rest (the index
     cache keeps the load's report there)."""
     loaded.plan.refuse_output(out)
-    with written_whole(out) as tmp:
+    runs = loaded.index.models.values()
+    rows = sum(len(run.entries) + len(run.responses) for run in runs) + sum(
+        len(catalog) for catalog in loaded.index.catalogs.values())
+    # (some 20 µs a row: a run of a million records is half a minute of writing)
+    with written_whole(out) as tmp, progress_bar(rows, "writing the index", True,
+                                                 unit=" rows") as bar:
         db = sqlite3.connect(tmp)
         db.executescript(_WRITING + _SCHEMA)
         model_ids = {name: i for i, name in enumerate(sorted(loaded.index.models), start=1)}
-        _write_entries(db, loaded.index, model_ids)
-        _write_prompts(db, loaded, model_ids)
+        _write_entries(db, loaded.index, model_ids, bar)
+        _write_prompts(db, loaded, model_ids, bar)
         cursors = sum(1 for run in loaded.index.models.values() for v in run.entries.values()
                       if needs_cursor(v))
         meta = {"format": FORMAT, "version": str(VERSION), "key_version": str(keys.KEY_VERSION),
@@ -107,18 +115,29 @@ def write(loaded: Loaded, out: Path, notes: Mapping[str, str] | None = None) -> 
     return sum(len(run.entries) for run in loaded.index.models.values())
 
 
-def _write_entries(db: sqlite3.Connection, index: Index, ids: dict[str, int]) -> None:
+def _counted(rows: Iterable[_Row], bar: tqdm[Any]) -> Iterator[_Row]:
+    """`rows`, the progress bar moved on every few thousand of them."""
+    done = 0
+    for done, row in enumerate(rows, start=1):
+        if done % 4096 == 0:
+            bar.update(4096)
+        yield row
+    bar.update(done % 4096)
+
+
+def _write_entries(db: sqlite3.Connection, index: Index, ids: dict[str, int],
+                   bar: tqdm[Any]) -> None:
     for name, run in index.models.items():
         db.execute("INSERT INTO models VALUES (?, ?, ?, ?, ?, ?)",
                    (ids[name], name, run.records, run.samples, run.unusable_records,
                     len(run.entries)))
         prefix = ids[name].to_bytes(2, "big")
         rows = ((prefix + key, seal(encode(run.entries[key]))) for key in sorted(run.entries))
-        db.executemany("INSERT INTO entries VALUES (?, ?)", rows)
-        db.executemany("INSERT INTO responses VALUES (?, ?, ?)", (
+        db.executemany("INSERT INTO entries VALUES (?, ?)", _counted(rows, bar))
+        db.executemany("INSERT INTO responses VALUES (?, ?, ?)", _counted((
             (prefix + rid.encode(), None if saved is None else seal(saved.previous),
              None if saved is None else seal(encode(saved.exchange)))
-            for rid, saved in run.responses.items()))
+            for rid, saved in run.responses.items()), bar))
 
 
 def _start_rows(db: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
@@ -147,13 +166,14 @@ def _tokenizer_meta(index: Index) -> str:
         if run.tokenizer or run.max_model_len is not None}).decode()
 
 
-def _write_prompts(db: sqlite3.Connection, loaded: Loaded, ids: dict[str, int]) -> None:
+def _write_prompts(db: sqlite3.Connection, loaded: Loaded, ids: dict[str, int],
+                   bar: tqdm[Any]) -> None:
     """Every saved prompt, from the catalogs built with the index (already sorted)."""
     for (name, kind), catalog in sorted(loaded.index.catalogs.items()):
         first = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM prompts").fetchone()[0]
         db.executemany("INSERT INTO prompts(model_id, kind, prompt, place) VALUES (?, ?, ?, ?)",
-                       ((ids[name], kind, seal(p), seal(w.encode()))
-                        for p, w in catalog.items()))
+                       _counted(((ids[name], kind, seal(p), seal(w.encode()))
+                                 for p, w in catalog.items()), bar))
         db.execute("INSERT INTO prompt_ranges VALUES (?, ?, ?, ?)",
                    (ids[name], kind, first, first + len(catalog) - 1))
 

@@ -318,9 +318,10 @@ def read(planned: Plan, ctx: LoadContext) -> Iterator[Record]:
             yield from reader.read(files, ctx)
 
 
-def progress_bar(total: int, what: str, enabled: bool) -> tqdm[Any]:
-    """A byte progress bar on stderr, shown only on a terminal and after half a second."""
-    return tqdm(total=total, unit="B", unit_scale=True, desc=what, delay=0.5, leave=False,
+def progress_bar(total: int, what: str, enabled: bool, unit: str = "B") -> tqdm[Any]:
+    """A progress bar on stderr (of bytes, or of `unit`), shown only on a terminal and
+    after half a second."""
+    return tqdm(total=total, unit=unit, unit_scale=True, desc=what, delay=0.5, leave=False,
                 disable=not (enabled and sys.stderr.isatty()))
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import sqlite3
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
+from tqdm import tqdm
 
 from replay_server.errors import LoadError
 from replay_server.index import file as index_file
@@ -59,6 +62,27 @@ def test_the_index_holds_exactly_what_loading_the_files_gives(built: Path) -> No
         for key, value in run.entries.items():
             assert encode(kept.entries.get(key)) == encode(value)  # type: ignore
         assert kept.entries.get(b"\0" * 16) is None
+
+
+def test_writing_the_index_shows_its_progress_row_by_row(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """The write of a large run takes as long as its load: a bar counts its rows to the
+    end (every entry, saved response and prompt), as the load's counts its bytes."""
+    records = [chat_record(f"q{i}?", chat_response(f"a{i}"), line=i + 1) for i in range(5000)]
+    write_jsonl(tmp_path / "run.jsonl", records)
+    loaded = load([tmp_path / "run.jsonl"], progress=False)
+    bars: list[tqdm[Any]] = []
+
+    def shown(total: int, what: str, enabled: bool, unit: str = "B") -> tqdm[Any]:
+        bars.append(tqdm(total=total, desc=what, unit=unit, file=io.StringIO()))
+        return bars[-1]
+
+    monkeypatch.setattr(index_file, "progress_bar", shown)
+    index_file.write(loaded, tmp_path / "run.idx")
+    [bar] = bars
+    assert bar.desc == "writing the index" and bar.total == 2 * 5000  # entries and prompts
+    assert bar.n == bar.total
 
 
 def test_the_index_is_one_file_of_16k_pages_with_nothing_beside_it(built: Path) -> None:
