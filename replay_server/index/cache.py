@@ -234,16 +234,25 @@ def _target(entry: Path, planned: Plan, notes: list[str]) -> Path:
             return entry
         except OSError as e:
             why = f"cannot be written ({e.strerror or e})"
-    temporary = _temporary()
+    temporary = _temporary(f"the cache {entry.parent} {why}")
     notes.append(f"replay-server: the cache {entry.parent} {why}: the index is built into "
                  f"{temporary}, removed at exit (set REPLAY_SERVER_CACHE to a folder that "
                  "can be written, outside the saved runs, to keep it)")
     return temporary
 
 
-def _temporary() -> Path:
-    """A temporary index file, removed when the process exits."""
-    fd, name = tempfile.mkstemp(prefix="replay-server-", suffix=".idx")
+def _temporary(why: str = "the saved files changed while they were read") -> Path:
+    """A temporary index file, removed when the process exits; a LoadError saying what to
+    do when no folder for one can be written either (a container with a read-only root
+    and no volume for the cache)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix="replay-server-", suffix=".idx")
+    except OSError as e:  # (FileNotFoundError: no usable temporary directory)
+        raise LoadError(str(indexes_dir()), None, f"saved files are served through an index "
+                        f"file, and there is nowhere to write it: {why}, and no temporary "
+                        f"folder can be written either ({e.strerror or e}); set "
+                        "REPLAY_SERVER_CACHE to a folder that can be written (in a "
+                        "container with a read-only root: a volume mounted there)") from None
     os.close(fd)
     path = Path(name)
     atexit.register(path.unlink, missing_ok=True)

@@ -224,6 +224,14 @@ def container(image: Image, argv: list[str], *, top: Path, env: dict[str, str] |
     for part in ("upper", "work", "root"):
         (top / part).mkdir(parents=True, exist_ok=True)
     uid, gid = image.ids
+    bound = {target for _, target, _ in binds}
+    for target in image.config.get("Volumes") or {}:  # an engine's anonymous volume:
+        if target not in bound:  # writable under a read-only root, owned as in the image
+            volume = top / "volumes" / target.strip("/").replace("/", "-")
+            volume.mkdir(parents=True, exist_ok=True)
+            owner = os.stat(image.rootfs + target)
+            os.chown(volume, owner.st_uid, owner.st_gid)
+            binds = [*binds, (str(volume), target, False)]
     spec = {"image": image.rootfs, "top": str(top), "lo_up": net is None, "files": files or {},
             "binds": list(binds), "read_only": read_only, "workdir": image.config["WorkingDir"],
             "uid": uid, "gid": gid, "argv": argv, "env": {**image.env, **(env or {})}}
@@ -393,6 +401,15 @@ def test_compose_file_follows_the_compose_specification(tmp_path: Path) -> None:
     assert sh(*check, str(tmp_path / "compose.yaml")).returncode == 1  # the schema has teeth
 
 
+def test_the_served_run_is_indexed_into_the_image_s_cache_volume(server: Server) -> None:
+    """Under a read-only root the saved files' index goes to the image's /cache volume
+    (REPLAY_SERVER_CACHE), where a named volume keeps it for the next container."""
+    done = server.exec(["replay-server", "cache"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("replay-server's cache: /cache\n"), done.stdout
+    assert "indexes (/cache/indexes): 1," in done.stdout and "from /data" in done.stdout
+
+
 def test_compose_runs_the_image_as_the_docs_do(image: Image) -> None:
     replay, harness = (compose()["services"][name] for name in ("replay", "harness"))
     build = shlex.split(BUILD)
@@ -402,10 +419,14 @@ def test_compose_runs_the_image_as_the_docs_do(image: Image) -> None:
     assert "command" not in replay and "entrypoint" not in replay  # the image's own
     run = shlex.split(RUN)
     assert replay["ports"] == [run[run.index("-p") + 1]]
-    [volume] = replay["volumes"]
+    [volume, cache] = replay["volumes"]
     default = re.fullmatch(r"\$\{REPLAY_RUN:-(.+)\}", volume["source"])
     assert default and (DOCKER / default[1]).resolve() == ROOT / "examples"
     assert (volume["type"], volume["target"], volume["read_only"]) == ("bind", "/data", True)
+    # the index cache: the image's volume, named so that it is kept between `up`s
+    assert cache == {"type": "volume", "source": "index-cache",
+                     "target": image.env["REPLAY_SERVER_CACHE"]}
+    assert cache["target"] in image.config["Volumes"] and cache["source"] in compose()["volumes"]
     assert image.config["Cmd"][-1] == "/data"
     assert replay["healthcheck"]["test"] == image.healthcheck
     assert set(replay["environment"]) == serve_envvars() - {

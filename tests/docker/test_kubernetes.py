@@ -185,6 +185,11 @@ def test_the_object_storage_overlay_builds_the_index_before_the_server_starts() 
     assert command[command.index("-o") + 1] == f"{writes['mountPath']}/run.idx"
     assert not writes.get("readOnly")
     assert init["envFrom"] == [{"secretRef": {"name": "replay-server-object-storage"}}]
+    # the objects it fetches go to REPLAY_SERVER_CACHE: a volume it can write under its
+    # read-only root (the image's own /cache is a volume Kubernetes does not make)
+    [cache] = [e["value"] for e in init["env"] if e["name"] == "REPLAY_SERVER_CACHE"]
+    assert any(cache.startswith(m["mountPath"] + "/") and not m.get("readOnly")
+               for m in init["volumeMounts"])
 
 
 @pytest.mark.parametrize("folder", KUSTOMIZATIONS, ids=lambda f: f.name)

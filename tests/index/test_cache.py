@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import orjson
 import pytest
 from openai import OpenAI
 
+from replay_server.errors import LoadError
 from replay_server.index import cache
 from replay_server.index.cache import Options, open_cached
 from replay_server.index.cache_folder import Cleared, clear, entries
@@ -133,6 +135,22 @@ def test_a_cache_that_cannot_be_written_still_serves(
     assert opened.report[1].startswith("loaded 1 saved exchanges")
     opened.index.db.close()
     opened.index.path.unlink()  # (what the end of the process does)
+
+
+def test_nowhere_to_write_the_index_is_an_error_that_says_what_to_do(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container with a read-only root and no volume for the cache: neither the cache
+    nor a temporary folder can be written. A LoadError (exit 2) naming the fix, not
+    Python's `No usable temporary directory found`."""
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("REPLAY_SERVER_CACHE", str(tmp_path / "a-file" / "cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "a-file" / "tmp"))
+    saved = _saved(tmp_path / "run.jsonl", ("q", "a"))
+    with pytest.raises(LoadError) as raised:
+        open_cached([saved], Options())
+    said = str(raised.value)
+    assert "there is nowhere to write it" in said and "cannot be written" in said
+    assert "set REPLAY_SERVER_CACHE to a folder that can be written" in said
 
 
 def test_skipped_lines_stay_loud_on_a_hit(tmp_path: Path) -> None:
