@@ -267,7 +267,8 @@ def cache(clear: bool) -> None:
     (a changed file is indexed again). The cache is $REPLAY_SERVER_CACHE, else
     $XDG_CACHE_HOME/replay-server (~/.cache/replay-server).
     """
-    sys.exit(caching.clear_indexes(_say) if clear else caching.show(_say))
+    # (what the cache holds is this command's output: stdout, as `inspect`'s report)
+    sys.exit(caching.clear_indexes(click.echo) if clear else caching.show(click.echo))
 
 
 @main.command("compare", epilog=exits.epilog("compare"))

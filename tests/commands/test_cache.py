@@ -65,7 +65,7 @@ def test_cache_shows_each_index_and_clear_empties_it(tmp_path: Path) -> None:
         assert _asked(server.url, "q0") == "a0"
     shown = _cli(env, "cache")
     assert shown.returncode == 0, shown.stderr
-    lines = shown.stderr.splitlines()
+    lines = shown.stdout.splitlines()  # (the command's output: stdout)
     assert lines[0] == f"replay-server's cache: {tmp_path / 'cache'}"
     assert re.fullmatch(rf"indexes \({tmp_path / 'cache' / 'indexes'}\): 1, \d+\.\d MB",
                         lines[1]), lines
@@ -75,9 +75,9 @@ def test_cache_shows_each_index_and_clear_empties_it(tmp_path: Path) -> None:
     cleared = _cli(env, "cache", "--clear")
     assert cleared.returncode == 0
     assert re.match(rf"removed 1 index\(es\) from {tmp_path / 'cache' / 'indexes'}, freed "
-                    r"\d+\.\d MB", cleared.stderr), cleared.stderr
+                    r"\d+\.\d MB", cleared.stdout), cleared.stderr
     assert list((tmp_path / "cache" / "indexes").iterdir()) == []
-    assert ": 0, 0.0 MB" in _cli(env, "cache").stderr
+    assert ": 0, 0.0 MB" in _cli(env, "cache").stdout
 
 
 @pytest.mark.slow
@@ -162,8 +162,8 @@ def test_an_index_being_served_is_kept_by_clear(tmp_path: Path) -> None:
     saved = _saved(tmp_path / "run.jsonl")
     with spawn("serve", str(saved), "--workers", "2", env=env) as server:
         cleared = _cli(env, "cache", "--clear")
-        assert cleared.stderr.startswith("removed 0 index(es) from "), cleared.stderr
-        assert "kept 1 in use by a running server" in cleared.stderr
+        assert cleared.stdout.startswith("removed 0 index(es) from "), cleared.stderr
+        assert "kept 1 in use by a running server" in cleared.stdout
         assert _asked(server.url, "q0") == "a0"
     assert server.proc.returncode == 0, server.output
-    assert _cli(env, "cache", "--clear").stderr.startswith("removed 1 index(es) from ")
+    assert _cli(env, "cache", "--clear").stdout.startswith("removed 1 index(es) from ")

@@ -406,8 +406,9 @@ def test_the_served_run_is_indexed_into_the_image_s_cache_volume(server: Server)
     (REPLAY_SERVER_CACHE), where a named volume keeps it for the next container."""
     done = server.exec(["replay-server", "cache"])
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("replay-server's cache: /cache\n"), done.stdout
-    assert "indexes (/cache/indexes): 1," in done.stdout and "from /data" in done.stdout
+    said = done.stdout
+    assert said.startswith("replay-server's cache: /cache\n"), said
+    assert "indexes (/cache/indexes): 1," in said and "from /data" in said
 
 
 def test_compose_runs_the_image_as_the_docs_do(image: Image) -> None:
