@@ -163,8 +163,12 @@ def test_a_run_of_misses_reads_the_catalog_s_first_rows_once(
     memory = loaded.index.catalogs[(model, kind)]
     reads: list[str] = []
     row = index_file.Pages.row
-    monkeypatch.setattr(index_file.Pages, "row",
-                        lambda pages, sql, args: reads.append(sql) or row(pages, sql, args))
+
+    def counted(pages: index_file.Pages, sql: str, args: tuple[Any, ...]) -> Any:
+        reads.append(sql)
+        return row(pages, sql, args)
+
+    monkeypatch.setattr(index_file.Pages, "row", counted)
     read_by = []
     for asked in (b"question 01234x", b"question 02345x", b"question 03456x"):
         before = len(reads)
