@@ -239,17 +239,32 @@ class StoredEntries:
 
 class StoredCatalog(Catalog):
     """The catalog of one model and kind in the index file: rows `first`..`last` of the
-    `prompts` table, written in catalog order, read by position as the bisection asks."""
+    `prompts` table, written in catalog order, read by position as the bisection asks.
+    Every miss's bisection reads the same rows first (the middles of the whole catalog,
+    then of its halves): the rows read are kept, the first up to `KEPT` bytes, so that
+    a run of misses reads most of each bisection from memory, and only its last steps
+    from the file (a bounded cache: the catalog itself is the size of the saved runs)."""
+
+    KEPT = 8 << 20
 
     def __init__(self, pages: Pages, first: int, last: int) -> None:
         self.pages, self.first, self.last = pages, first, last
+        self._kept: dict[int, bytes] = {}
+        self._room = self.KEPT
 
     def __len__(self) -> int:
         return self.last - self.first + 1
 
     def prompt(self, i: int) -> bytes:
+        found = self._kept.get(i)
+        if found is not None:
+            return found
         row = self.pages.row("SELECT prompt FROM prompts WHERE id = ?", (self.first + i,))
-        return self.pages.value(row and row[0])
+        value = self.pages.value(row and row[0])
+        if len(value) <= self._room:
+            self._kept[i] = value
+            self._room -= len(value)
+        return value
 
     def where(self, i: int) -> str:
         row = self.pages.row("SELECT place FROM prompts WHERE id = ?", (self.first + i,))
@@ -289,6 +304,7 @@ class StoredIndex(Index):
         self.model_ids = {name: model_id for model_id, name, *_ in model_rows}
         self.ranges = {(model_id, kind): (first, last)
                        for model_id, kind, first, last in range_rows}
+        self.catalogs_read: dict[tuple[int, str], Catalog] = {}
         super().__init__(models, aliases)
         self._content = meta.get("content", "")  # (an older file: not known)
 
@@ -310,8 +326,13 @@ class StoredIndex(Index):
                     model_id.to_bytes(2, "big") + response_id.encode(),))]
 
     def catalog(self, model: str, kind: str) -> Catalog:
-        found = self.ranges.get((self.model_ids[model], kind))
-        return StoredCatalog(self.pages, *found) if found else EMPTY
+        """One StoredCatalog per model and kind, made at its first miss and kept (with the
+        rows its bisections read first)."""
+        place = (self.model_ids[model], kind)
+        if place not in self.catalogs_read:
+            found = self.ranges.get(place)
+            self.catalogs_read[place] = StoredCatalog(self.pages, *found) if found else EMPTY
+        return self.catalogs_read[place]
 
     def examples(self) -> list[tuple[str, str, dict[str, Any]]]:
         """One saved prompt per endpoint kind, for the start-up snippet (a damaged one

@@ -148,6 +148,36 @@ def test_the_index_file_keeps_the_catalog_and_finds_the_same_nearest_prompt(
                 assert on_disk.nearest(asked) == memory.nearest(asked)
 
 
+def test_a_run_of_misses_reads_the_catalog_s_first_rows_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every miss's bisection reads the same middles of the catalog first: kept after the
+    first miss, a later one reads only its last steps from the file, and finds the same
+    nearest prompt as the catalog in memory."""
+    saved = write_jsonl(tmp_path / "run.jsonl", [
+        chat_record(f"question {i:05d}?", chat_response(f"a{i}"), line=i + 1)
+        for i in range(4000)])
+    loaded = load([saved], progress=False)
+    index_file.write(loaded, tmp_path / "run.idx")
+    stored = StoredIndex(tmp_path / "run.idx")
+    [(model, kind)] = loaded.index.catalogs
+    memory = loaded.index.catalogs[(model, kind)]
+    reads: list[str] = []
+    row = index_file.Pages.row
+
+    def counted(pages: index_file.Pages, sql: str, args: tuple[Any, ...]) -> Any:
+        reads.append(sql)
+        return row(pages, sql, args)
+
+    monkeypatch.setattr(index_file.Pages, "row", counted)
+    read_by = []
+    for asked in (b"question 01234x", b"question 02345x", b"question 03456x"):
+        before = len(reads)
+        probe = list(memory.items())[0][0].replace(b"question 00000?", asked)
+        assert stored.catalog(model, kind).nearest(probe) == memory.nearest(probe)
+        read_by.append(sum(1 for sql in reads[before:] if "SELECT prompt" in sql))
+    assert read_by[0] > 10 and max(read_by[1:]) <= read_by[0] // 2, read_by
+
+
 @pytest.mark.http
 @pytest.mark.parametrize("damage", ["an answer's bytes", "a whole page"])
 def test_what_a_damaged_index_cannot_read_is_a_precise_400(tmp_path: Path,
