@@ -30,7 +30,6 @@ import atexit
 import contextlib
 import functools
 import hashlib
-import mmap
 import os
 import tempfile
 import time
@@ -53,6 +52,7 @@ from . import file, heap
 from .cache_folder import hold, indexes_dir, keep, release, remove_unused, summary
 from .index import prompt_of
 from .loading import load, report_lines
+from .sources import digest, identity
 
 REPORT = "load_report"  # the meta row that keeps what the load said (JSON lines)
 EXAMPLES = "load_examples"  # and the first saved prompt of each endpoint, for the snippet
@@ -80,15 +80,6 @@ class Key:
         return f"{self.inputs}-{self.identity}.idx"
 
 
-def digest(path: Path) -> str:
-    """xxh3-128 of the whole file, read through a memory map (no copy)."""
-    with path.open("rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return xxhash.xxh3_128_hexdigest(b"")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            return xxhash.xxh3_128_hexdigest(mapped)
-
-
 @functools.cache
 def code() -> str:
     """A digest of every file of the replay_server package, read once a process: the
@@ -114,10 +105,7 @@ def key_of(planned: Plan, options: Options, urls: Mapping[Path, str]) -> Key:
              options.skip_bad_lines, options.max_line, options.tokenizer and
              str(Path(options.tokenizer).absolute()),
              {name: os.environ.get(name) for name in ENVIRONMENT}]
-    files = []
-    for _, path in planned.files:
-        st = path.stat()  # (before the digest: a change during it shows after the load)
-        files.append([str(path.absolute()), st.st_size, st.st_mtime_ns, digest(path)])
+    files = [[str(path.absolute()), *identity(path)] for _, path in planned.files]
     tokenizer = [[str(p.absolute()), digest(p)]
                  for p in (read_from(options.tokenizer) if options.tokenizer else [])]
     versions = [file.VERSION, keys.KEY_VERSION, __version__, code()]

@@ -9,7 +9,13 @@ the run's size, keeps little in memory, and several worker processes share one c
                                    (`sources.record`), the recorded tokenizer answers
                                    (`tokenizer`, JSON)
     models(id, name, records, samples, unusable_records, prompts)
-    entries(k BLOB PRIMARY KEY, v)  k = model id (2 bytes) + key; v = one encoded entry
+    entries(id INTEGER PRIMARY KEY, v)
+                                   id = model id << 48 | the key's first 6 bytes, so that a
+                                   lookup is one search of the table's own B-tree (a BLOB
+                                   key would search an index, then the table); v = the
+                                   bucket of the keys that share the id (one, all but once
+                                   in a few million): each key, its entry's length (4
+                                   bytes) and its encoded entry, sealed together
     prompts(id, model_id, kind, prompt, place)
                                    every saved prompt (canonical JSON), sorted bytewise per
                                    model and kind, for miss diagnostics by binary search
@@ -36,8 +42,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
-import zlib
 from collections.abc import Iterable, Iterator, Mapping
+from functools import partial
+from itertools import groupby
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -49,15 +56,16 @@ from ..saved.loader import progress_bar
 from ..saved.writer import written_whole
 from ..wire import keys
 from ..wire.families import BY_KIND
+from ..wire.keys import KEY_BYTES
 from . import sources
 from .catalog import EMPTY, Catalog
-from .encoding import Damaged, decode, encode, seal, unseal
+from .encoding import Damaged, checksum, decode, encode, seal, unseal
 from .index import Entry, Exchange, Index, ModelRun, SavedResponse
 from .loading import Loaded
 from .samples import needs_cursor
 
 FORMAT = "replay-server index"
-VERSION = 4
+VERSION = 5
 MMAP_BYTES = 1 << 40
 _Row = TypeVar("_Row")
 
@@ -66,7 +74,7 @@ _SCHEMA = """
 CREATE TABLE meta(name TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE models(id INTEGER PRIMARY KEY, name TEXT UNIQUE, records INTEGER,
                     samples INTEGER, unusable_records INTEGER, prompts INTEGER);
-CREATE TABLE entries(k BLOB PRIMARY KEY, v BLOB);
+CREATE TABLE entries(id INTEGER PRIMARY KEY, v BLOB);
 CREATE TABLE prompts(id INTEGER PRIMARY KEY, model_id INTEGER, kind TEXT, prompt BLOB,
                      place BLOB);
 CREATE TABLE prompt_ranges(model_id INTEGER, kind TEXT, first INTEGER, last INTEGER,
@@ -131,13 +139,38 @@ def _write_entries(db: sqlite3.Connection, index: Index, ids: dict[str, int],
         db.execute("INSERT INTO models VALUES (?, ?, ?, ?, ?, ?)",
                    (ids[name], name, run.records, run.samples, run.unusable_records,
                     len(run.entries)))
-        prefix = ids[name].to_bytes(2, "big")
-        rows = ((prefix + key, seal(encode(run.entries[key]))) for key in sorted(run.entries))
-        db.executemany("INSERT INTO entries VALUES (?, ?)", _counted(rows, bar))
+        model_id = ids[name]
+        buckets = groupby(_counted(sorted(run.entries), bar), key=partial(_row_id, model_id))
+        db.executemany("INSERT INTO entries VALUES (?, ?)", (
+            (row_id, seal(b"".join(_bucketed(key, encode(run.entries[key])) for key in keys)))
+            for row_id, keys in buckets))
+        prefix = model_id.to_bytes(2, "big")
         db.executemany("INSERT INTO responses VALUES (?, ?, ?)", _counted((
             (prefix + rid.encode(), None if saved is None else seal(saved.previous),
              None if saved is None else seal(encode(saved.exchange)))
             for rid, saved in run.responses.items()), bar))
+
+
+def _row_id(model_id: int, key: bytes) -> int:
+    """The `entries` row of a model's key: the model id, then the key's first 6 bytes
+    (a positive 64-bit integer: at most 32,767 models)."""
+    if not 0 < model_id < 1 << 15 or len(key) != KEY_BYTES:
+        raise ValueError(f"model id {model_id} or key {key.hex()} out of the index's range")
+    return model_id << 48 | int.from_bytes(key[:6], "big")
+
+
+def _bucketed(key: bytes, value: bytes) -> bytes:
+    return key + len(value).to_bytes(4, "little") + value
+
+
+def _unbucketed(bucket: bytes) -> Iterator[tuple[bytes, int, int]]:
+    """Each key of a bucket, in key order, with where its encoded entry lies in it."""
+    at = 0
+    while at < len(bucket):
+        start = at + KEY_BYTES + 4
+        end = start + int.from_bytes(bucket[at + KEY_BYTES:start], "little")
+        yield bucket[at:at + KEY_BYTES], start, end
+        at = end
 
 
 def _start_rows(db: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
@@ -152,7 +185,7 @@ def _start_seal(meta: dict[str, str], models: list[Any], ranges: list[Any]) -> s
     """The seal of what is read when the file is opened (meta but its seal, the models,
     the prompt ranges)."""
     rows = [sorted((k, v) for k, v in meta.items() if k != "seal"), models, ranges]
-    return str(zlib.crc32(orjson.dumps(rows)))
+    return checksum(orjson.dumps(rows)).hex()
 
 
 def _tokenizer_meta(index: Index) -> str:
@@ -217,21 +250,34 @@ class StoredEntries:
 
     def __init__(self, pages: Pages, model_id: int, count: int) -> None:
         self.pages = pages
-        self.prefix = model_id.to_bytes(2, "big")
+        self.model_id = model_id
+        self.row_ids = _row_id(model_id, bytes(KEY_BYTES))  # (the model's part of its ids)
         self.count = count
 
     def get(self, key: bytes) -> Entry | Exchange | None:
-        row = self.pages.row("SELECT v FROM entries WHERE k = ?", (self.prefix + key,))
-        return decode(self.pages.value(row[0])) if row is not None else None
+        if len(key) != KEY_BYTES:
+            return None
+        row = self.pages.row("SELECT v FROM entries WHERE id = ?",
+                             (self.row_ids | int.from_bytes(key[:6], "big"),))
+        if row is None:
+            return None
+        bucket = self.pages.value(row[0])
+        for k, start, end in _unbucketed(bucket):
+            if k == key:
+                return decode(bucket[start:end])
+        return None  # (another key of the same row: a miss)
 
     def __len__(self) -> int:
         return self.count
 
     def items(self) -> Iterator[tuple[bytes, Entry | Exchange]]:
-        low, high = self.prefix, (int.from_bytes(self.prefix, "big") + 1).to_bytes(2, "big")
-        for k, v in self.pages.rows("SELECT k, v FROM entries WHERE k >= ? AND k < ? "
-                                    "ORDER BY k", (low, high)):
-            yield k[2:], decode(self.pages.value(v))
+        """In key order."""
+        for _, v in self.pages.rows("SELECT id, v FROM entries WHERE id >= ? AND id < ? "
+                                    "ORDER BY id", (self.model_id << 48,
+                                                    self.model_id + 1 << 48)):
+            bucket = self.pages.value(v)
+            for key, start, end in _unbucketed(bucket):
+                yield key, decode(bucket[start:end])
 
     def values(self) -> Iterator[Entry | Exchange]:
         return (v for _, v in self.items())

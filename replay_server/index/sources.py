@@ -5,10 +5,13 @@ An index file keeps, by absolute path (never relative to the folder `index` ran 
 that the answers below are the same from any folder): the arguments it was built from,
 each saved file with its size and mtime before it was read (and those of the files of its
 directories that no reader claimed), each directory argument's files as walked, and every
-directory walked. From them:
+directory walked; and each saved file's identity (`identity`: its size, its mtime in
+nanoseconds and a digest of its whole content, the one test of "the same file" that the
+index cache keys its entries by too). From them:
 - `Sources.stale` is the one staleness check: a saved file changed (size or mtime: a
-  touched file counts), a directory lost one, or holds one that a load would now read
-  and did not then (added since, or no saved run then: a recording begun empty).
+  touched file counts; or, size and mtime the same, its content: they can be copied, by
+  `cp -p`, `touch -r` or rsync), a directory lost one, or holds one that a load would now
+  read and did not then (added since, or no saved run then: a recording begun empty).
   `Sources.refuse_stale` turns it into a LoadError that names them and gives the command
   that rebuilds the index: serving it would answer with what the files held then, and a
   stale answer served quietly is the worst a replay can do;
@@ -26,6 +29,7 @@ missing files.
 
 from __future__ import annotations
 
+import mmap
 import os
 import shlex
 from collections.abc import Mapping
@@ -34,14 +38,35 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import xxhash
 
 from ..errors import LoadError, shown_file
 from ..saved import objects
 from ..saved.loader import Plan, absolute, claimed, listing
 
 
+def digest(path: Path) -> str:
+    """xxh3-128 of the whole file, read through a memory map (no copy): some 0.25 s for
+    3 GB in the page cache (sha256 is 6-7x slower, and nobody picks saved files to collide
+    with themselves: no cryptographic strength is needed; docs/performance.md)."""
+    with path.open("rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return xxhash.xxh3_128_hexdigest(b"")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return xxhash.xxh3_128_hexdigest(mapped)
+
+
+def identity(path: Path) -> list[Any]:
+    """A saved file's identity: its size, its mtime in nanoseconds (taken before the
+    digest: a change during it shows the next time) and the digest of its content."""
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, digest(path)]
+
+
 def record(plan: Plan) -> dict[str, str]:
-    """The index file's `meta` rows that say what it was built from."""
+    """The index file's `meta` rows that say what it was built from: each read file's
+    size and mtime as they were before the load (one changed during it is found
+    changed), and the digest of its content now."""
     def text(value: Any) -> str:
         return orjson.dumps(value).decode()
 
@@ -50,7 +75,8 @@ def record(plan: Plan) -> dict[str, str]:
     return {"inputs": text([plan.urls.get(p, str(p)) for p in plan.arguments]),
             "sources": text([plan.objects[p].record() if p in plan.objects else
                              {"file": str(absolute(p)), "size": plan.stamps[p][0],
-                              "mtime": plan.stamps[p][1]} for p in read]),
+                              "mtime_ns": plan.stamps[p][1], "digest": digest(p)}
+                             for p in read]),
             "unread": text({str(absolute(p)): stamp for p, stamp in plan.stamps.items()
                             if p not in kept}),
             "objects": text({url: [o.record() for o in listed]
@@ -59,13 +85,24 @@ def record(plan: Plan) -> dict[str, str]:
             "walked": text(sorted(str(f) for f in plan.folders))}
 
 
-def _stamp(path: Path) -> list[float] | None:
-    """A file's size and mtime as the index file keeps them (None: it cannot be read)."""
+def _stamp(path: Path) -> list[int] | None:
+    """A file's size and mtime in nanoseconds (None: it cannot be read)."""
     try:
         st = path.stat()
     except OSError:
         return None
-    return [st.st_size, st.st_mtime]
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _changed(source: dict[str, Any], stamp: list[int]) -> bool:
+    """Whether a saved file whose size and mtime are now `stamp` is not the one the index
+    was built from (`identity`'s test): its content digested only when they are the same."""
+    if stamp != [source["size"], source["mtime_ns"]]:
+        return True
+    try:
+        return bool(digest(Path(source["file"])) != source["digest"])
+    except OSError:
+        return True
 
 
 class Sources:
@@ -82,7 +119,7 @@ class Sources:
         self.folders: dict[str, list[str]] = orjson.loads(meta.get("folders", "{}"))
         self.walked: list[str] = orjson.loads(meta.get("walked", "[]"))
         # the files of its directories that no reader claimed, with their size and mtime
-        self.unread: dict[str, list[float]] = orjson.loads(meta.get("unread", "{}"))
+        self.unread: dict[str, list[int]] = orjson.loads(meta.get("unread", "{}"))
 
     def stale(self) -> list[str]:
         """What changed since the index was built, each `FILE (changed)`, `FILE (gone)`
@@ -98,7 +135,7 @@ class Sources:
             stamp = stamps[source["file"]]
             if stamp is None and here:  # (none here at all: `missing`)
                 stale[f"{source['file']} (gone)"] = None
-            elif stamp is not None and stamp != [source["size"], source["mtime"]]:
+            elif stamp is not None and _changed(source, stamp):
                 stale[f"{source['file']} (changed)"] = None
         for folder, files in self.folders.items():
             if not os.path.isdir(folder):

@@ -52,13 +52,14 @@ class Plan:
     folders: set[Path] = field(default_factory=set)  # every directory walked, resolved
     # What was asked for, `absolute` (as given, symlinks kept): each path argument, each
     # directory argument's files as the walk found them, and each file's size and mtime
-    # before anything is read (one that changes while it is read is found changed later),
-    # the files no reader claimed too (one that changes may be read by the next load).
+    # (in nanoseconds) before anything is read (one that changes while it is read is
+    # found changed later), the files no reader claimed too (one that changes may be read
+    # by the next load).
     # An index file keeps them: from any folder it knows what it was built from and
     # whether that changed since.
     arguments: list[Path] = field(default_factory=list)
     listed: dict[Path, list[Path]] = field(default_factory=dict)
-    stamps: dict[Path, tuple[int, float]] = field(default_factory=dict)
+    stamps: dict[Path, tuple[int, int]] = field(default_factory=dict)  # (size, mtime_ns)
     # What came from object storage: each argument's URL (by its local view), each local
     # copy's object, each URL argument's objects as listed; and what fetching them did.
     urls: dict[Path, str] = field(default_factory=dict)
@@ -182,7 +183,7 @@ def _group(paths: Sequence[Path], plan: Plan, explicit: bool,
     by_reader: dict[str, tuple[Reader, list[Path]]] = {}
     for path in paths:
         try:  # every file considered, read or not: an index tells if a load would now read it
-            plan.stamps[path] = (st := path.stat()).st_size, st.st_mtime
+            plan.stamps[path] = (st := path.stat()).st_size, st.st_mtime_ns
         except OSError:
             pass  # a dangling symlink: named when it is claimed
         resolved = path.resolve()

@@ -312,10 +312,13 @@ def _too_deep(prompt: Mapping[str, Any]) -> str:
     return "the request"  # (never: one of the fields is the one)
 
 
+KEY_BYTES = 16  # every key's length (`digest`)
+
+
 def digest(canonical_json: bytes) -> bytes:
     """16 bytes of SHA-256 (hardware-accelerated on most CPUs, faster than BLAKE2b on a
     prompt-sized input there, and this is on every request)."""
-    return hashlib.sha256(canonical_json).digest()[:16]
+    return hashlib.sha256(canonical_json).digest()[:KEY_BYTES]
 
 
 def key_of(prompt: Mapping[str, Any]) -> bytes:

@@ -64,6 +64,29 @@ def test_the_index_holds_exactly_what_loading_the_files_gives(built: Path) -> No
         assert kept.entries.get(b"\0" * 16) is None
 
 
+def test_keys_that_share_a_row_id_are_each_found_and_no_other(tmp_path: Path) -> None:
+    """A row of `entries` is found by the key's first 6 bytes: keys that share them (all
+    but once in a few million saved prompts) share one row, and each gets its own entry;
+    a key of that row that was not saved is a miss, never its neighbour's answer."""
+    loaded = load([write_jsonl(tmp_path / "run.jsonl", [
+        chat_record(f"question {i}", chat_response(f"answer {i}"), line=i + 1)
+        for i in range(3)])], progress=False)
+    run = loaded.index.models[MODEL]
+    shared = b"\x07" * 6
+    crafted = {shared + bytes([i]) * 10: value for i, value in
+               enumerate(run.entries.values(), start=1)}
+    run.entries = crafted
+    index_file.write(loaded, tmp_path / "run.idx")
+    stored = StoredIndex(tmp_path / "run.idx").models[MODEL].entries
+    with sqlite3.connect(tmp_path / "run.idx") as db:
+        assert db.execute("SELECT COUNT(*) FROM entries").fetchone() == (1,)
+    db.close()
+    for key, value in crafted.items():
+        assert encode(stored.get(key)) == encode(value)  # type: ignore[arg-type]
+    assert stored.get(shared + b"\x09" * 10) is None
+    assert [k for k, _ in stored.items()] == sorted(crafted)
+
+
 def test_writing_the_index_shows_its_progress_row_by_row(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch
                                                         ) -> None:

@@ -3,6 +3,7 @@ sources never written over, from whatever folder the commands run in."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from replay_server.commands.serve import open_run
 from replay_server.errors import LoadError
 from replay_server.index import file as index_file
+from replay_server.index import sources
 from replay_server.index.file import StoredIndex
 from replay_server.index.loading import load
 from replay_server.settings import Settings
@@ -35,6 +37,19 @@ def test_a_changed_source_is_found_from_any_folder(tmp_path: Path,
     saved.write_bytes(saved.read_bytes() + b"\n")  # re-recorded
     assert StoredIndex(index).sources.stale() == [f"{saved} (changed)"]
     monkeypatch.chdir(tmp_path / "A")
+    assert StoredIndex(index).sources.stale() == [f"{saved} (changed)"]
+
+
+def test_a_source_rewritten_to_its_size_and_mtime_is_found_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Size and mtime can be copied (`cp -p`, `touch -r`, rsync): an index file checks
+    its saved files' content too, as the index cache does (one identity of a file)."""
+    saved = write_jsonl(tmp_path / "run.jsonl", [chat_record("q", chat_response("a"))])
+    index = indexed_in_its_folder(tmp_path, monkeypatch, "run.jsonl")
+    before = saved.stat()
+    saved.write_bytes(saved.read_bytes().replace(b'"a"', b'"b"'))
+    os.utime(saved, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert saved.stat().st_size == before.st_size
     assert StoredIndex(index).sources.stale() == [f"{saved} (changed)"]
 
 
@@ -151,3 +166,12 @@ def test_a_source_gone_while_others_are_here_makes_it_stale(
     assert StoredIndex(index).sources.stale() == [f"{first} (gone)"]
     with pytest.raises(LoadError, match="gone"):
         open_run([index], Settings())
+
+
+def test_the_digest_reads_the_whole_file(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.write_bytes(b"a" * 5_000_000 + b"b")
+    two.write_bytes(b"a" * 5_000_000 + b"c")
+    (tmp_path / "empty").write_bytes(b"")
+    assert sources.digest(one) != sources.digest(two)
+    assert sources.digest(tmp_path / "empty") != sources.digest(one)
