@@ -73,7 +73,7 @@ def run_folder(tmp_path: Path, states: list[Any], name: str = "run") -> Path:
     """runs/suite/NAME/ holding a scenario_state.json of `states` and a run_spec.json."""
     folder = tmp_path / "runs" / "suite" / name
     folder.mkdir(parents=True)
-    (folder / "run_spec.json").write_text('{"name": "%s"}' % name)
+    (folder / "run_spec.json").write_text(json.dumps({"name": name}))
     (folder / "scenario_state.json").write_text(
         json.dumps({"adapter_spec": {}, "request_states": states}, indent=2))
     return folder
@@ -208,7 +208,8 @@ def test_failed_unrun_and_short_states_are_unusable(tmp_path: Path) -> None:
 
 
 @pytest.mark.http
-def test_a_repeat_helm_answered_from_its_cache_is_read_once_and_a_conflict_is_ambiguous(tmp_path: Path) -> None:
+def test_a_repeat_helm_answered_from_its_cache_is_read_once_and_a_conflict_is_ambiguous(
+        tmp_path: Path) -> None:
     first, repeat = state({}, ["The answer is 19."]), state({}, ["The answer is 19."])
     other = state({"prompt": "Question: What is 1 + 1?\nAnswer:"}, ["The answer is 2."])
     conflict = state({"prompt": "Question: What is 1 + 1?\nAnswer:"}, ["The answer is 3."])
