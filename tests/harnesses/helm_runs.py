@@ -49,11 +49,13 @@ models:
     tags: [TEXT_MODEL_TAG, FULL_FUNCTIONALITY_TEXT_MODEL_TAG]
 """
 MODEL = "model=fake/tiny-model,model_deployment=fake/tiny-model-"
-# greedy and sampled (n=3 / n=2, temperature 0.7), through chat and through completions
+# greedy and sampled (n=3 / n=2, temperature 0.7), through chat and through completions;
+# and language modeling (echo_prompt, max_tokens 0: scored from the prompt's own logprobs)
 ENTRIES = [f"replay_arith:{MODEL}chat",
            f"replay_arith:{MODEL}chat,num_outputs=3,temperature=0.7",
            f"replay_arith:{MODEL}completions",
-           f"replay_arith:{MODEL}completions,num_outputs=2,temperature=0.7"]
+           f"replay_arith:{MODEL}completions,num_outputs=2,temperature=0.7",
+           f"replay_arith_lm:{MODEL}completions"]
 
 
 def helm_run() -> str | None:

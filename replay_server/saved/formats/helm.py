@@ -21,8 +21,8 @@ The answer is the completions as HELM saved them: the text HELM cut at the stop
 sequences (a rescore cuts it again, to the same text); on completions, `logprobs` with
 each saved token and its logprob (`top_logprobs` and `text_offset` null: HELM keeps
 neither); on chat, the saved `thinking` as `reasoning_content` (the field HELM read it
-from). `finish_reason` as saved, which HELM drops whenever it cuts (every completions
-answer, every chat answer with stop sequences): then null. `usage`, `id` not saved.
+from). `finish_reason` as saved, which HELM drops whenever it cuts (without `echo_prompt`:
+every completions answer, every chat answer with stop sequences): then null. `usage`, `id` not saved.
 
 Not served (counted): embedding requests, multimodal prompts (their media are files HELM
 read), transcription models. Unusable: a state HELM never ran (no `result`), a failed one,

@@ -10,8 +10,8 @@ script runs from the project's venv (which runs the fake model server) and calls
     .venv/bin/python tests/data/gen/make_helm_data.py --helm-run /tmp/helm-venv/bin/helm-run
 
 It starts the fake model server (tests/fakemodel/) on a free 127.0.0.1 port with a wire
-log, runs the four run entries of tests/harnesses/helm_runs.py (chat and legacy
-completions, greedy and sampled) in a fresh working directory (so HELM's request cache
+log, runs the five run entries of tests/harnesses/helm_runs.py (chat and legacy
+completions, greedy and sampled; language modeling) in a fresh working directory (so HELM's request cache
 starts empty), and copies what a HELM run folder keeps of each run (`scenario_state.json`,
 `run_spec.json`, `per_instance_stats.json`, `stats.json`) into
 tests/data/helm/runs/replay/<run>/, with the wire log beside (`tests/data/helm/wire.jsonl`).
@@ -53,7 +53,7 @@ def main() -> None:
             mhd.run(helm_runs.command(args.helm_run, work / "out", helm_runs.ENTRIES), env,
                     work, work / "helm.log")
         shutil.rmtree(OUT, ignore_errors=True)
-        for run in sorted((work / "out" / "runs" / helm_runs.SUITE).glob("replay_arith*")):
+        for run in sorted((work / "out" / "runs" / helm_runs.SUITE).glob("replay_arith*:*")):
             dest = OUT / "runs" / helm_runs.SUITE / run.name
             dest.mkdir(parents=True)
             for name in KEPT:

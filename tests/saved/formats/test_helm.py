@@ -41,12 +41,12 @@ def canonical(body: dict[str, Any]) -> bytes:
 def helm_sees(response: dict[str, Any]) -> list[tuple[Any, ...]]:
     """What HELM's clients take from a response: chat, each choice's content (and the
     reasoning_content it keeps as thinking); completions, each text with its tokens and
-    their logprobs."""
+    their logprobs (a null one read as 0)."""
     if response["object"] == "chat.completion":
         return [(c["message"]["content"], c["message"].get("reasoning_content"))
                 for c in response["choices"]]
-    return [(c["text"], c["logprobs"]["tokens"], c["logprobs"]["token_logprobs"])
-            for c in response["choices"]]
+    return [(c["text"], c["logprobs"]["tokens"],
+             [lp or 0 for lp in c["logprobs"]["token_logprobs"]]) for c in response["choices"]]
 
 
 def state(request: dict[str, Any], texts: list[str] | None = None,
@@ -82,23 +82,26 @@ def run_folder(tmp_path: Path, states: list[Any], name: str = "run") -> Path:
 def test_load_counts() -> None:
     loaded = load([DATA], progress=False)
     run = loaded.index.models["tiny-model"]
-    # 4 runs of 6 states; greedy and sampled runs share their 12 prompts
+    # 5 runs of 6 states; greedy and sampled runs share their 12 prompts
     assert (run.records, len(run.entries), run.samples, run.unusable_records) == \
-        (24, 12, 6 + 18 + 6 + 12, 0)
+        (30, 18, 6 + 18 + 6 + 12 + 6, 0)
     assert not loaded.ctx.skipped and not loaded.ctx.bad_lines
     assert Counter(p.name for p in loaded.plan.ignored) == {
-        "wire.jsonl": 1, "per_instance_stats.json": 4, "stats.json": 4}
+        "wire.jsonl": 1, "per_instance_stats.json": 5, "stats.json": 5}
 
 
 def test_each_record_holds_the_exact_body_helm_sent() -> None:
     saved = {canonical(r.request): r for run in RUNS for r in records(run)}
-    assert len(saved) == 24
+    assert len(saved) == 30
     for call in wire():
         record = saved.pop(canonical(call["request"]))
         assert record.endpoint == call["path"] and record.model == "tiny-model"
         assert record.response is not None
         assert helm_sees(record.response) == helm_sees(call["response"])
-        assert {c["finish_reason"] for c in record.response["choices"]} == {None}
+        # HELM keeps finish_reason only where it does not cut: with echo (language modeling)
+        echo = call["request"].get("echo")
+        assert [c["finish_reason"] for c in record.response["choices"]] == \
+            [c["finish_reason"] if echo else None for c in call["response"]["choices"]]
         assert record.response["usage"] is None
         assert record.source["harness"] == "helm"
     assert not saved

@@ -7,8 +7,14 @@ rescore fail. Local data only: no download."""
 import json
 from pathlib import Path
 
-from helm.benchmark.adaptation.common_adapter_specs import get_generation_adapter_spec
-from helm.benchmark.metrics.common_metric_specs import get_exact_match_metric_specs
+from helm.benchmark.adaptation.common_adapter_specs import (
+    get_generation_adapter_spec,
+    get_language_modeling_adapter_spec,
+)
+from helm.benchmark.metrics.common_metric_specs import (
+    get_exact_match_metric_specs,
+    get_language_modeling_metric_specs,
+)
 from helm.benchmark.run_spec import RunSpec, run_spec_function
 from helm.benchmark.scenarios.scenario import (
     CORRECT_TAG,
@@ -26,15 +32,21 @@ TASKS = Path(__file__).resolve().parent.parent
 
 
 class ArithScenario(Scenario):
-    """tasks/arith_train.jsonl as the train split (the in-context examples), arith.jsonl as test."""
+    """tasks/arith_train.jsonl as the train split (the in-context examples, unless
+    `test_only`: language modeling takes test instances only), arith.jsonl as test."""
 
     name = "replay_arith"
     description = "Small arithmetic questions (replay-server's tests)."
     tags = ["question answering"]
 
+    def __init__(self, test_only: bool = False) -> None:
+        super().__init__()
+        self.test_only = test_only
+
     def get_instances(self, output_path: str) -> list[Instance]:
         instances: list[Instance] = []
-        for split, file in ((TRAIN_SPLIT, "arith_train.jsonl"), (TEST_SPLIT, "arith.jsonl")):
+        splits = ((TRAIN_SPLIT, "arith_train.jsonl"), (TEST_SPLIT, "arith.jsonl"))
+        for split, file in splits[1:] if self.test_only else splits:
             for line in (TASKS / file).read_text().splitlines():
                 row = json.loads(line)
                 answer = Reference(Output(text=f"The answer is {row['answer']}."),
@@ -58,4 +70,18 @@ def get_replay_arith_spec(max_tokens: str = "16", temperature: str = "0.0",
         adapter_spec=adapter_spec,
         metric_specs=get_exact_match_metric_specs(),
         groups=["replay_arith"],
+    )
+
+
+@run_spec_function("replay_arith_lm")
+def get_replay_arith_lm_spec() -> RunSpec:
+    """Language modeling of the same questions: each sent whole with `echo_prompt` and
+    `max_tokens: 0`, scored from the logprobs of its own tokens (the completions client)."""
+    return RunSpec(
+        name="replay_arith_lm",
+        scenario_spec=ScenarioSpec(class_name="helm_arith.ArithScenario",
+                                   args={"test_only": True}),
+        adapter_spec=get_language_modeling_adapter_spec(),
+        metric_specs=get_language_modeling_metric_specs([]),
+        groups=["replay_arith_lm"],
     )
