@@ -4,25 +4,23 @@
     runs/<suite>/<run>/run_spec.json         the run's spec (required beside it)
 
 A request state holds HELM's `Request` (`model`, `prompt` or `messages`, `temperature`,
-`num_completions`, `top_k_per_token`, `max_tokens`, `stop_sequences`, `echo_prompt`,
-`top_p`, the penalties, ...) and its `result` (`completions`: `text`, `logprob`,
-`tokens` [{`text`, `logprob`}], `finish_reason`, `thinking`). Not saved: the HTTP body,
-the deployment's client and its settings. So each state is one record whose request is
-rebuilt the way HELM's OpenAI clients build it (`clients/openai_client.py`, crfm-helm
-0.5.16): `OpenAIClient._make_chat_raw_request` for chat and
-`_to_raw_completion_request` for the legacy completions client, with the model name the
-client sends when the deployment names none (`openai_model_name`): the part of
-`request.model` after its `/`. Which client a run used is read from what it saved: the
-chat client keeps no tokens (`tokens: []`), the completions client keeps each token's
-logprob, so a run with tokens in any completion is served on /v1/completions, else on
-/v1/chat/completions (one run, one deployment).
+`num_completions`, `top_k_per_token`, `max_tokens`, `stop_sequences`, `echo_prompt`, ...)
+and its `result` (`completions`: `text`, `logprob`, `tokens` [{`text`, `logprob`}],
+`finish_reason`, `thinking`). Not saved: the HTTP body, the deployment's client and its
+settings. So each state is one record whose request is rebuilt as HELM's OpenAI clients
+build it (`clients/openai_client.py`, crfm-helm 0.5.16: `_make_chat_raw_request` for
+chat, `_to_raw_completion_request` for the legacy completions client), with the model name
+the client sends when the deployment names none (`openai_model_name`): the part of
+`request.model` after its `/`. Which client a run used is read from what it saved: the chat
+client keeps no tokens, the completions client each token's logprob, so a run with tokens
+in any completion is served on /v1/completions, else on /v1/chat/completions.
 
-The answer is the completions as HELM saved them: the text HELM cut at the stop
-sequences (a rescore cuts it again, to the same text); on completions, `logprobs` with
-each saved token and its logprob (`top_logprobs` and `text_offset` null: HELM keeps
-neither); on chat, the saved `thinking` as `reasoning_content` (the field HELM read it
-from). `finish_reason` as saved, which HELM drops whenever it cuts (without `echo_prompt`:
-every completions answer, every chat answer with stop sequences): then null. `usage`, `id` not saved.
+The answer is the completions as HELM saved them: the text HELM cut at the stop sequences
+(a rescore cuts it again, to the same text); on completions, `logprobs` with each saved
+token and logprob (`top_logprobs`, `text_offset` null: HELM keeps neither); on chat, the
+saved `thinking` as `reasoning_content` (the field HELM read it from). `finish_reason` as
+saved, which HELM drops whenever it cuts (without `echo_prompt`: every completions answer,
+every chat answer with stop sequences): then null. `usage`, `id` not saved.
 
 Not served (counted): embedding requests, multimodal prompts (their media are files HELM
 read), transcription models. Unusable: a state HELM never ran (no `result`), a failed one,
@@ -58,17 +56,13 @@ CACHED = ("request repeated with the same answer (HELM answered it from its cach
 # HELM's OpenAIClientUtils.is_reasoning_model, and the audio models it sends `modalities` for
 REASONING = re.compile(r"^o\d+|^gpt-5")
 AUDIO = ("gpt-4o-audio-preview", "gpt-4o-mini-audio-preview")
-# HELM's Request fields and their defaults (a field HELM left out has its default)
-DEFAULTS: dict[str, Any] = {"prompt": "", "temperature": 1.0, "num_completions": 1,
-                            "top_k_per_token": 1, "max_tokens": 100, "stop_sequences": [],
-                            "echo_prompt": False, "top_p": 1, "presence_penalty": 0,
-                            "frequency_penalty": 0}
-TYPES: dict[str, tuple[type, ...]] = {"prompt": (str,), "temperature": (int, float),
-                                      "num_completions": (int,), "top_k_per_token": (int,),
-                                      "max_tokens": (int,), "stop_sequences": (list,),
-                                      "echo_prompt": (bool,), "top_p": (int, float),
-                                      "presence_penalty": (int, float),
-                                      "frequency_penalty": (int, float)}
+# HELM's Request fields the bodies are made of: default (a field HELM left out has it), type
+NUMBER = (int, float)
+FIELDS: dict[str, tuple[Any, tuple[type, ...]]] = {
+    "prompt": ("", (str,)), "temperature": (1.0, NUMBER), "num_completions": (1, (int,)),
+    "top_k_per_token": (1, (int,)), "max_tokens": (100, (int,)),
+    "stop_sequences": ([], (list,)), "echo_prompt": (False, (bool,)), "top_p": (1, NUMBER),
+    "presence_penalty": (0, NUMBER), "frequency_penalty": (0, NUMBER)}
 
 
 class HelmReader:
@@ -117,9 +111,11 @@ class _Run:
                              place=lambda row: f"request_states[{row[0]}]")
 
     def fail(self, i: int, name: str, reason: str) -> LoadError:
+        """A bad state, named by its place in the file (a JSON file has no line per state)."""
         return LoadError(self.file, None, reason, field=name, place=f"request_states[{i}]")
 
     def _state(self, row: tuple[int, Any]) -> Record | None:
+        """One request state's record; None for a state left out (counted) or read once."""
         i, state = row
         request = state.get("request") if isinstance(state, dict) else None
         if not isinstance(request, dict):
@@ -143,11 +139,11 @@ class _Run:
 
     def _fields(self, i: int, request: dict[str, Any]) -> dict[str, Any]:
         """The Request fields the bodies are made of, checked (defaults where left out)."""
-        saved = {name: request.get(name, default) for name, default in DEFAULTS.items()}
+        saved = {name: request.get(name, default) for name, (default, _) in FIELDS.items()}
         for name, value in saved.items():
-            if not isinstance(value, TYPES[name]) or isinstance(value, bool) != (
-                    name == "echo_prompt"):
-                raise self.fail(i, f"request.{name}", f"expected {TYPES[name][0].__name__}, "
+            types = FIELDS[name][1]
+            if not isinstance(value, types) or isinstance(value, bool) != (bool in types):
+                raise self.fail(i, f"request.{name}", f"expected {types[0].__name__}, "
                                 f"got {type(value).__name__}")
         if not all(isinstance(s, str) for s in saved["stop_sequences"]):
             raise self.fail(i, "request.stop_sequences", "expected a list of strings")

@@ -11,9 +11,9 @@ script runs from the project's venv (which runs the fake model server) and calls
 
 It starts the fake model server (tests/fakemodel/) on a free 127.0.0.1 port with a wire
 log, runs the five run entries of tests/harnesses/helm_runs.py (chat and legacy
-completions, greedy and sampled; language modeling) in a fresh working directory (so HELM's request cache
-starts empty), and copies what a HELM run folder keeps of each run (`scenario_state.json`,
-`run_spec.json`, `per_instance_stats.json`, `stats.json`) into
+completions, greedy and sampled; language modeling) in a fresh working directory (so
+HELM's request cache starts empty), and copies what a HELM run folder keeps of each run
+(`scenario_state.json`, `run_spec.json`, `per_instance_stats.json`, `stats.json`) into
 tests/data/helm/runs/replay/<run>/, with the wire log beside (`tests/data/helm/wire.jsonl`).
 Finally it checks that every request state's completions are the texts the wire answered.
 Only 127.0.0.1 is contacted.
