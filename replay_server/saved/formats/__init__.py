@@ -5,6 +5,7 @@ from __future__ import annotations
 from .anthropic_batch import AnthropicBatchReader
 from .base import LoadContext, Reader
 from .evalscope import EvalscopeReader
+from .helm import HelmReader
 from .inspect_ai import InspectAIReader
 from .lighteval import LightevalReader
 from .lm_eval import PLACEHOLDER, LmEvalReader
@@ -15,7 +16,8 @@ from .openai_batch import OpenAIBatchReader
 
 READERS: list[Reader] = [NativeReader(), OpenAIBatchReader(), AnthropicBatchReader(),
                           LmEvalReader(), InspectAIReader(), OlmoEvalReader(), OeEvalReader(),
-                          LightevalReader(), EvalscopeReader()]
+                          LightevalReader(), EvalscopeReader(),
+                          HelmReader()]
 
 # The environment variables a reader reads: what a load builds depends on their values as
 # much as on the files (the index cache keys on them, index/cache.py).
