@@ -182,13 +182,16 @@ def wait_for(condition: Callable[[], object], timeout: float = 60) -> None:
 VENVS = Path.home() / ".cache" / "replay-server"
 
 
-def venv_python(name: str, *requirements: str) -> str:
+def venv_python(name: str, *requirements: str, without: tuple[str, ...] = ()) -> str:
     """The python of a venv with `requirements` (created once per machine, then reused),
-    for a client whose pins clash with the project's other test dependencies. Made under
-    a lock: test runs of other checkouts on the machine share it."""
+    for a client whose pins clash with the project's other test dependencies, or a
+    harness too heavy to be one; `without`: packages left out though a requirement
+    depends on them (an override no platform matches: crfm-helm's torch, which its API
+    clients never import). Made under a lock: test runs of other checkouts on the machine
+    share it."""
     venv = VENVS / name
     python = venv / "bin" / "python"
-    marker = venv / (".installed-" + "-".join(requirements).replace("/", "_"))
+    marker = venv / (".installed-" + "-".join([*requirements, *without]).replace("/", "_"))
     VENVS.mkdir(parents=True, exist_ok=True)
     with open(VENVS / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -196,8 +199,11 @@ def venv_python(name: str, *requirements: str) -> str:
             uv = Path(sys.executable).parent / "uv"  # the dev extra's, as the Makefile's
             subprocess.run([str(uv), "venv", "--quiet", "--clear", "--python", sys.executable,
                             str(venv)], check=True, timeout=300)
+            overrides = VENVS / f"{name}.overrides.txt"
+            overrides.write_text("".join(f"{p}; sys_platform == 'never'\n" for p in without))
             subprocess.run([str(uv), "pip", "install", "--quiet", "--python", str(python),
-                            *requirements], check=True, timeout=900)
+                            "--override", str(overrides), *requirements], check=True,
+                           timeout=900)
             marker.touch()
     return str(python)
 

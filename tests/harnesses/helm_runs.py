@@ -4,9 +4,10 @@ OpenAI-compatible deployment whose address is the one the openai SDK reads from
 OPENAI_BASE_URL (the deployment sets no `base_url`), so that the same configuration
 runs against the fake model and under `replay-server run`.
 
-crfm-helm 0.5.16 pulls torch (and CUDA wheels: some 6 GB), so it is never one of the
-project's test dependencies: the harness test runs it only where REPLAY_TEST_HELM_RUN
-names a `helm-run` (see tests/data/gen/README.md).
+crfm-helm 0.5.16 depends on torch (and its CUDA wheels: some 6 GB), which its API
+clients and these scenarios never import: the test runs it from a venv of its own made
+without torch (`helm_run`: some 830 MB, made once per machine), or from the `helm-run`
+REPLAY_TEST_HELM_RUN names.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.harnesses.commands import ROOT, offline_env
+from tests.support import venv_python
 
 PLUGIN = ROOT / "tests" / "data" / "gen" / "tasks" / "helm"
 HELM_RUN_VAR = "REPLAY_TEST_HELM_RUN"
+REQUIREMENT = "crfm-helm[openai]==0.5.16"  # the version tests/data/helm was written by
 SUITE = "replay"
 
 # Two deployments of one model: HELM's chat client and its legacy completions client.
@@ -58,10 +61,13 @@ ENTRIES = [f"replay_arith:{MODEL}chat",
            f"replay_arith_lm:{MODEL}completions"]
 
 
-def helm_run() -> str | None:
-    """The `helm-run` to test with, when this machine has one (REPLAY_TEST_HELM_RUN)."""
+def helm_run() -> str:
+    """The `helm-run` to test with: REPLAY_TEST_HELM_RUN's, else that of a venv made once
+    with crfm-helm's OpenAI clients and without torch."""
     path = os.environ.get(HELM_RUN_VAR)
-    return path if path and Path(path).is_file() else None
+    if path:
+        return path
+    return str(Path(venv_python("helm-venv", REQUIREMENT, without=("torch",))).parent / "helm-run")
 
 
 def workspace(cwd: Path) -> dict[str, str]:
