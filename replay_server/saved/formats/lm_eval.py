@@ -46,7 +46,6 @@ import hashlib
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -58,6 +57,7 @@ from ...paths import CHAT_PATH, COMPLETION_PATH
 from ..record import Record, make_record
 from .base import LoadContext, json_lines, read_rows, synthetic_id, text_response
 from .lm_eval_rolling import RollingDocs
+from .lm_eval_run import Run, run_of
 
 HARNESS = "lm-eval"
 PLACEHOLDER = "LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER"
@@ -68,24 +68,6 @@ RESULTS = re.compile(rf"^(?P<stem>.+)_(?P<date>{_DATE})\.json$")
 OPENAI_CHAT = frozenset({"openai-chat-completions", "azure-openai-chat-completions"})
 SKIP_DUPLICATE = "row repeats a doc already read (one row per filter)"
 
-
-@dataclass(frozen=True)
-class Run:
-    """How the run built its requests, from its results file (lm-eval's defaults otherwise)."""
-
-    model: str
-    source: str = ""
-    seed: int = 1234
-    max_gen_toks: int = 256
-    eos: str | None = None
-    add_bos_token: bool = False
-    max_length: int = 2048
-    custom_prefix_token_id: int | None = None
-
-
-def _flag(value: Any) -> bool:
-    """A boolean model_arg as saved: a bool, or `True`/`False` from a k=v string."""
-    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
 
 class LmEvalReader:
     """lm-evaluation-harness samples files, with the results file beside them."""
@@ -105,55 +87,9 @@ class LmEvalReader:
         for path in files:
             match = SAMPLES.match(path.name)
             if match:
-                run = _run(path, match["date"], ctx)
+                run = run_of(path, match["date"], ctx)
                 yield from _read_samples(path, match["task"], run, ctx, rolling)
         yield from rolling.records(ctx)
-
-
-def _run(path: Path, date: str, ctx: LoadContext) -> Run:
-    """The run's settings from the results file next to the samples file."""
-    candidates = [path.parent / f"results_{date}.json",
-                  *sorted(path.parent.glob(f"*_{date}.json"))]
-    results = next((p for p in candidates if p.is_file()), None)
-    if results is None:
-        return Run(model=path.parent.name)
-    try:
-        data = orjson.loads(results.read_bytes())
-        if not isinstance(data, dict):
-            raise ValueError("expected a JSON object")
-    except ValueError as e:
-        ctx.bad(LoadError(str(results), None, f"not a valid results file: {e}"))
-        return Run(model=path.parent.name)
-    config: dict[str, Any] = data["config"] if isinstance(data.get("config"), dict) else {}
-    args = _model_args(config.get("model_args"))
-    eos = data.get("tokenizer_eos_token")
-    eos = args.get("eos_string") or (eos[0] if isinstance(eos, list) and eos else None)
-    try:
-        return Run(
-            model=str(args.get("model") or args.get("pretrained") or data.get("model_name")
-                      or path.parent.name),
-            source=str(config.get("model") or ""),
-            seed=int(args.get("seed", 1234)),
-            max_gen_toks=int(args.get("max_gen_toks", 256)),
-            eos=eos if isinstance(eos, str) else None,
-            add_bos_token=_flag(args.get("add_bos_token")),
-            max_length=int(args.get("max_length") or 2048),
-            custom_prefix_token_id=(None if args.get("custom_prefix_token_id") in (None, "")
-                                    else int(args["custom_prefix_token_id"])),
-        )
-    except (TypeError, ValueError) as e:
-        ctx.bad(LoadError(str(results), None, f"model_args: {e}", field="config.model_args"))
-        return Run(model=path.parent.name)
-
-
-def _model_args(value: Any) -> dict[str, Any]:
-    """`model_args` as saved: a dict, or lm-eval's `k=v,k=v` string."""
-    if isinstance(value, dict):
-        return value
-    if isinstance(value, str):
-        pairs = (part.split("=", 1) for part in value.split(",") if "=" in part)
-        return {k.strip(): v.strip() for k, v in pairs}
-    return {}
 
 
 def _read_samples(path: Path, task: str, run: Run, ctx: LoadContext,

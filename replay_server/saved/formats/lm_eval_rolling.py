@@ -22,6 +22,7 @@ from ...paths import COMPLETION_PATH
 from .. import rolling, tokens
 from ..record import Record, make_record
 from .base import LoadContext, synthetic_id
+from .lm_eval_run import Run
 
 HARNESS = "lm-eval"
 SKIPPED = "loglikelihood_rolling document whose saved sum cannot be served exactly"
@@ -46,7 +47,7 @@ class RollingDocs:
 
     docs: list[Doc] = field(default_factory=list)
 
-    def add(self, args: dict[str, Any], answers: Any, run: Any, tokenizer: Any,
+    def add(self, args: dict[str, Any], answers: Any, run: Run, tokenizer: Any,
             instance: str, file: str, line: int, field_name: str) -> None:
         """Read one rolling request (`arg_0` the text; `answers` = `[saved sum]`)."""
         saved = answers[0] if isinstance(answers, list) and len(answers) == 1 else None
