@@ -390,3 +390,31 @@ def test_a_document_that_cannot_be_made_exact_is_named_and_its_windows_refuse(
         assert refused.value.code == "replay_unusable"
         p5 = wire("perplexity")[-1]["request"]
         assert client.completions.create(**p5).choices[0].logprobs is not None
+
+
+@pytest.mark.http
+def test_windows_of_another_max_length_or_text_miss() -> None:
+    """Keyed on the ids: a document cut at another max_length, or of another text, sends
+    windows that were never saved, each a replay_no_match, so lm-eval fails on it (a
+    window it shares with the saved document, the same ids, is the saved one's)."""
+    from replay_server.saved import local_tokenizer, rolling
+
+    tok = local_tokenizer.load_tokenizer(GEN / "tokenizer")
+    p1 = rows("perplexity")[0]["arguments"]["gen_args_0"]["arg_0"]
+    saved = {tuple(call["request"]["prompt"][i]) for call in wire("perplexity")
+             for i in range(len(call["request"]["prompt"]))}
+    others = [rolling.windows(tok, p1, max_length=12),
+              rolling.windows(tok, p1.replace("What", "Answer"), max_length=10)]
+    with serving([DATA / "perplexity"], Settings(tokenizer=str(GEN / "tokenizer"))) as url, \
+            httpx.Client(base_url=url) as http:
+        for windows in others:
+            assert any(tuple(ids) not in saved for ids, _ in windows)
+            for ids, _ in windows:
+                got = http.post("/completions", json={
+                    "model": "tiny-model", "prompt": [ids], "echo": True, "logprobs": 1,
+                    "max_tokens": 1, "temperature": 0, "seed": 1234})
+                if tuple(ids) in saved:
+                    assert got.status_code == 200
+                else:
+                    assert got.status_code == 400
+                    assert got.json()["error"]["code"] == "replay_no_match"
