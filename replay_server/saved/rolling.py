@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from itertools import combinations
 
 from .local_tokenizer import LocalTokenizer
 from .tokens import DEFAULT_MAX_LENGTH, loglikelihood_input, tok_encode
@@ -102,9 +103,10 @@ def assign(docs: Sequence[Sequence[Key]], saved: Sequence[float]) -> Assignment:
     saved value exactly. Documents with the same windows (the same text) are one, if their
     sums agree. A document whose windows are all shared is fixed first (shortest first):
     its value goes on a window still free, the others get 0.0. Then each other document
-    puts what its sum needs on a window of its own. A document that cannot be made exact
-    fails, and so does every document that shares a window with it: lm-eval would get a
-    wrong sum from them without a sound."""
+    puts what its sum needs on its windows of its own. A document that cannot be made
+    exact fails: its own windows refuse, or, when it has none, all its windows, and every
+    document that sends one of those fails too (lm-eval would get a wrong sum from them
+    without a sound)."""
     out = Assignment()
     groups: dict[tuple[Key, ...], list[int]] = {}
     for i, doc in enumerate(docs):
@@ -126,16 +128,17 @@ def assign(docs: Sequence[Sequence[Key]], saved: Sequence[float]) -> Assignment:
             reason = _fix(doc_windows, sums.pop(), own(doc_windows), users, out.values)
         if reason:
             broken[doc_windows] = reason
-    _fail(groups, broken, out)
+    _fail(groups, broken, users, out)
     return out
 
 
 def _fail(groups: dict[tuple[Key, ...], list[int]], broken: dict[tuple[Key, ...], str],
-          out: Assignment) -> None:
-    """The broken documents' windows answer with an error, and every document that sends
-    one of them is failed with its reason."""
+          users: dict[Key, set[tuple[Key, ...]]], out: Assignment) -> None:
+    """The broken documents' windows of their own (all their windows, if they have none)
+    answer with an error, and every document that sends one of them is failed."""
     for doc_windows in broken:
-        out.poisoned.update(doc_windows)
+        alone = [k for k in doc_windows if users[k] == {doc_windows}]
+        out.poisoned.update(alone or doc_windows)
     for doc_windows, indices in groups.items():
         why = broken.get(doc_windows, "")
         if not why and out.poisoned.intersection(doc_windows):
@@ -152,17 +155,35 @@ def _fix(doc_windows: tuple[Key, ...], saved: float, mine: list[Key],
     cannot be made exact."""
     free = [k for k in doc_windows if k not in values]
     single = [k for k in free if doc_windows.count(k) == 1]
-    carrier = mine[0] if mine else min(single, key=lambda k: len(users[k]), default=None)
+    carriers = mine or sorted(single, key=lambda k: len(users[k]))[:1]
     for key in free:
         values[key] = 0.0
-    if carrier is None:
+    if not carriers:
         if _exact([values[k] for k in doc_windows], saved):
             return ""
         return "its windows are all shared with other documents, whose values do not sum " \
                "to its saved value"
-    at = doc_windows.index(carrier)
-    value = solve([values[k] for k in doc_windows], at, saved)
-    if value is None:
-        return f"no float on its window makes lm-eval's sum exactly {saved!r}"
-    values[carrier] = value
+    got = carry([values[k] for k in doc_windows], [doc_windows.index(k) for k in carriers],
+                saved)
+    if got is None:
+        return f"no float on its windows makes lm-eval's sum exactly {saved!r}"
+    values.update(zip(doc_windows, got, strict=True))
     return ""
+
+
+def carry(values: Sequence[float], free: Sequence[int], saved: float) -> list[float] | None:
+    """`values` with the places `free` (0.0 now) set so that lm-eval's sum is exactly
+    `saved`: the whole sum on one of them; else, when the values before it leave the saved
+    value out of reach (the sum of two floats cannot give every float), what was summed
+    before one place cancelled there, and the saved value on a later one."""
+    for at in free:
+        x = solve(values, at, saved)
+        if x is not None:
+            return [*values[:at], x, *values[at + 1:]]
+    for i, j in combinations(free, 2):
+        trial = list(values)
+        trial[i] = -lm_eval_sums(values[:i])[0]
+        x = solve(trial, j, saved)
+        if x is not None:
+            return [*trial[:j], x, *trial[j + 1:]]
+    return None

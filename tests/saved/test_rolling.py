@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay_server.saved.rolling import Assignment, assign, lm_eval_sums, solve, windows
+from replay_server.saved.rolling import Assignment, assign, carry, lm_eval_sums, solve, windows
 
 
 def served(docs: Sequence[Sequence[Hashable]], saved: Sequence[float],
@@ -47,12 +47,17 @@ def test_a_document_that_is_the_first_window_of_others() -> None:
 
 
 def test_identical_documents_saved_with_different_sums_are_named_never_guessed() -> None:
-    docs = [["w1", "a2"], ["w1", "a2"], ["w1", "b2"], ["c1"]]
-    out = assign(docs, [-3.0, -3.5, -2.0, -1.0])
-    assert set(out.failed) == {0, 1, 2}  # 2 shares w1 with the conflicting pair
-    assert "different sums" in out.failed[0] and "shares a window" in out.failed[2]
-    assert out.poisoned == {"w1", "a2"} and out.values == {"b2": -2.0, "c1": -1.0}
-    served(docs, [-3.0, -3.5, -2.0, -1.0], out)
+    """Their window of their own refuses; the first window they share with another
+    document still serves it."""
+    docs, saved = [["w1", "a2"], ["w1", "a2"], ["w1", "b2"], ["c1"]], [-3.0, -3.5, -2.0, -1.0]
+    out = assign(docs, saved)
+    assert set(out.failed) == {0, 1} and "different sums" in out.failed[0]
+    assert out.poisoned == {"a2"} and out.values == {"w1": 0.0, "b2": -2.0, "c1": -1.0}
+    served(docs, saved, out)
+    docs = [["w1"], ["w1"], ["w1", "b2"]]  # no window of their own: the shared one refuses
+    out = assign(docs, [-3.0, -3.5, -2.0])
+    assert set(out.failed) == {0, 1, 2} and "shares a window" in out.failed[2]
+    assert out.poisoned == {"w1"}
 
 
 def test_identical_documents_with_one_sum_are_one() -> None:
@@ -95,13 +100,28 @@ def test_a_sum_that_is_not_finite_cannot_be_carried() -> None:
 
 
 def test_the_carried_value_is_searched_among_neighbouring_floats() -> None:
-    """A shared window carries -15.709608319450918: `saved - rest` does not add back to the
-    saved value, a neighbouring float does."""
-    rest, saved = -15.709608319450918, -58.27767934847916
-    assert rest + (saved - rest) != saved
-    x = solve([rest, 0.0], 1, saved)
-    assert x is not None and rest + x == saved and lm_eval_sums([rest, x]) == (saved, saved)
+    """Two shared windows carry values: `saved - rest` does not make lm-eval's sum the
+    saved value (its compensated sum, 3.12's, misses it), the float next to it does."""
+    a, b, saved = -21.423884508336076, -27.632960027516233, -39.496340400074395
+    start = saved - math.fsum([a, b])
+    assert lm_eval_sums([a, b, start]) != (saved, saved)
+    x = solve([a, b, 0.0], 2, saved)
+    assert x == math.nextafter(start, math.inf) and lm_eval_sums([a, b, x]) == (saved, saved)
     assert solve([1e308, 0.0], 1, -math.inf) is None
+
+
+def test_a_sum_out_of_one_window_s_reach_is_cancelled_then_carried() -> None:
+    """-15.709608319450918 + x is never -58.27767934847916 (every such sum is a tie that
+    rounds to even, and the saved value is odd): one window of its own cannot carry it,
+    two can (the shared value cancelled on the first, the saved one on the second)."""
+    shared, saved = -15.709608319450918, -58.27767934847916
+    assert solve([shared, 0.0], 1, saved) is None
+    docs = [["s"], ["s", "own"], ["s", "own1", "own2"]]
+    out = assign(docs, [shared, saved, saved])
+    assert list(out.failed) == [1] and "no float" in out.failed[1]
+    assert out.values["own1"] == -shared and out.values["own2"] == saved
+    served(docs, [shared, saved, saved], out)
+    assert carry([shared, 0.0, 0.0], [1, 2], saved) == [shared, -shared, saved]
 
 
 def test_lm_eval_sums_are_this_python_s_sum() -> None:

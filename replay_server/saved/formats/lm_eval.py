@@ -32,7 +32,7 @@ eos), and serves each saved text with `finish_reason` and `usage` null.
   (the `max_length` of `model_args`), one window carrying the saved sum and the others 0,
   assigned across the files read together so that a window two documents share answers
   both (`lm_eval_rolling.py`, `saved/rolling.py`); a document that cannot be made exact is
-  skipped with its reason and its windows refuse. Without a tokenizer they are skipped
+  skipped with its reason and its own windows refuse. Without a tokenizer they are skipped
   with a count, as are multimodal requests.
 - A null answer was saved as lm-eval's placeholder: the text
   `LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER`, or that environment variable's value when it is

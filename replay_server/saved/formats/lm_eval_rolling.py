@@ -8,7 +8,8 @@ ids, `echo`, `logprobs: 1`, `max_tokens: 1`, and its decoded text as a second fo
 no other window decodes to the same text), answered with a choice that lm-eval's parser
 reads back as the window's value (`tokens.loglikelihood_choice`, greedy: lm-eval drops the
 flag). A document that cannot be made exact is skipped with its reason, and its windows
-answer with `replay_unusable`: a rescoring that sends them fails, never sums a guess.
+of its own (all its windows, when it has none) answer with `replay_unusable`: a
+rescoring that sends them fails, never sums a guess.
 """
 
 from __future__ import annotations
