@@ -16,9 +16,9 @@ reader (saved/formats/lm_eval_rolling.py) makes the records.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from itertools import combinations
 
 from .local_tokenizer import LocalTokenizer
 from .tokens import DEFAULT_MAX_LENGTH, loglikelihood_input, tok_encode
@@ -76,13 +76,13 @@ def _exact(values: Sequence[float], saved: float) -> bool:
 def solve(values: Sequence[float], at: int, saved: float) -> float | None:
     """The value at `values[at]` that makes lm-eval's sum exactly `saved` whichever Python
     runs it: `saved - rest`, or the nearest float around it that does; None if none of
-    them does."""
-    rest = [v for i, v in enumerate(values) if i != at]
-    start = saved - math.fsum(rest)
-    up = down = start
+    them does. (A 0.0 changes neither sum: only the other values are summed.)"""
+    before = [v for v in values[:at] if v]
+    after = [v for v in values[at + 1:] if v]
+    up = down = saved - math.fsum(before + after)
     for _ in range(NEIGHBOURS + 1):
         for x in (up, down):
-            if math.isfinite(x) and _exact([*values[:at], x, *values[at + 1:]], saved):
+            if math.isfinite(x) and _exact([*before, x, *after], saved):
                 return x
         up, down = math.nextafter(up, math.inf), math.nextafter(down, -math.inf)
     return None
@@ -98,6 +98,10 @@ class Assignment:
     poisoned: set[Key] = field(default_factory=set)
 
 
+# A document's windows (the same text: one document), and the indices of its documents.
+Group = tuple[tuple[Key, ...], list[int]]
+
+
 def assign(docs: Sequence[Sequence[Key]], saved: Sequence[float]) -> Assignment:
     """Window values such that each document's windows sum, as lm-eval sums them, to its
     saved value exactly. Documents with the same windows (the same text) are one, if their
@@ -108,40 +112,48 @@ def assign(docs: Sequence[Sequence[Key]], saved: Sequence[float]) -> Assignment:
     document that sends one of those fails too (lm-eval would get a wrong sum from them
     without a sound)."""
     out = Assignment()
-    groups: dict[tuple[Key, ...], list[int]] = {}
+    numbers: dict[tuple[Key, ...], int] = {}
+    groups: list[Group] = []
     for i, doc in enumerate(docs):
-        groups.setdefault(tuple(doc), []).append(i)
-    users: dict[Key, set[tuple[Key, ...]]] = {}
-    for doc_windows in groups:
-        for key in doc_windows:
-            users.setdefault(key, set()).add(doc_windows)
-
-    def own(doc_windows: tuple[Key, ...]) -> list[Key]:
-        return [k for k in doc_windows if users[k] == {doc_windows}
-                and doc_windows.count(k) == 1]
-
-    broken: dict[tuple[Key, ...], str] = {}
-    for doc_windows in sorted(groups, key=lambda d: (bool(own(d)), len(d), groups[d][0])):
-        sums = {saved[i] for i in groups[doc_windows]}
+        number = numbers.setdefault(tuple(doc), len(numbers))
+        if number == len(groups):
+            groups.append((tuple(doc), []))
+        groups[number][1].append(i)
+    users: dict[Key, set[int]] = {}
+    for number, (keys, _) in enumerate(groups):
+        for key in keys:
+            users.setdefault(key, set()).add(number)
+    mine = [_own(keys, users) for keys, _ in groups]
+    broken: dict[int, str] = {}
+    for number in sorted(range(len(groups)),
+                         key=lambda g: (bool(mine[g]), len(groups[g][0]), g)):
+        keys, indices = groups[number]
+        sums = {saved[i] for i in indices}
         reason = "documents with the same text were saved with different sums"
         if len(sums) == 1 and not any(math.isnan(s) for s in sums):
-            reason = _fix(doc_windows, sums.pop(), own(doc_windows), users, out.values)
+            reason = _fix(keys, sums.pop(), mine[number], users, out.values)
         if reason:
-            broken[doc_windows] = reason
+            broken[number] = reason
     _fail(groups, broken, users, out)
     return out
 
 
-def _fail(groups: dict[tuple[Key, ...], list[int]], broken: dict[tuple[Key, ...], str],
-          users: dict[Key, set[tuple[Key, ...]]], out: Assignment) -> None:
+def _own(keys: tuple[Key, ...], users: dict[Key, set[int]]) -> list[int]:
+    """The places of the windows only this document sends, and only once."""
+    once = Counter(keys)
+    return [at for at, key in enumerate(keys) if len(users[key]) == 1 and once[key] == 1]
+
+
+def _fail(groups: list[Group], broken: dict[int, str], users: dict[Key, set[int]],
+          out: Assignment) -> None:
     """The broken documents' windows of their own (all their windows, if they have none)
     answer with an error, and every document that sends one of them is failed."""
-    for doc_windows in broken:
-        alone = [k for k in doc_windows if users[k] == {doc_windows}]
-        out.poisoned.update(alone or doc_windows)
-    for doc_windows, indices in groups.items():
-        why = broken.get(doc_windows, "")
-        if not why and out.poisoned.intersection(doc_windows):
+    for number in broken:
+        keys = groups[number][0]
+        out.poisoned.update([k for k in keys if len(users[k]) == 1] or keys)
+    for number, (keys, indices) in enumerate(groups):
+        why = broken.get(number, "")
+        if not why and not out.poisoned.isdisjoint(keys):
             why = "it shares a window with a document whose sum cannot be made exact"
         for i in indices if why else ():
             out.failed[i] = why
@@ -149,38 +161,39 @@ def _fail(groups: dict[tuple[Key, ...], list[int]], broken: dict[tuple[Key, ...]
         out.values.pop(key, None)
 
 
-def _fix(doc_windows: tuple[Key, ...], saved: float, mine: list[Key],
-         users: dict[Key, set[tuple[Key, ...]]], values: dict[Key, float]) -> str:
+def _fix(keys: tuple[Key, ...], saved: float, mine: list[int], users: dict[Key, set[int]],
+         values: dict[Key, float]) -> str:
     """Fix the values of one document's windows still free; why not ("" when done), if it
     cannot be made exact."""
-    free = [k for k in doc_windows if k not in values]
-    single = [k for k in free if doc_windows.count(k) == 1]
-    carriers = mine or sorted(single, key=lambda k: len(users[k]))[:1]
-    for key in free:
-        values[key] = 0.0
+    once = Counter(keys)
+    free = [at for at, key in enumerate(keys) if key not in values]
+    for at in free:
+        values[keys[at]] = 0.0
+    single = [at for at in free if once[keys[at]] == 1]
+    carriers = mine or sorted(single, key=lambda at: len(users[keys[at]]))[:1]
     if not carriers:
-        if _exact([values[k] for k in doc_windows], saved):
+        if _exact([values[k] for k in keys], saved):
             return ""
         return "its windows are all shared with other documents, whose values do not sum " \
                "to its saved value"
-    got = carry([values[k] for k in doc_windows], [doc_windows.index(k) for k in carriers],
-                saved)
+    got = carry([values[k] for k in keys], carriers, saved)
     if got is None:
         return f"no float on its windows makes lm-eval's sum exactly {saved!r}"
-    values.update(zip(doc_windows, got, strict=True))
+    values.update(zip(keys, got, strict=True))
     return ""
 
 
 def carry(values: Sequence[float], free: Sequence[int], saved: float) -> list[float] | None:
     """`values` with the places `free` (0.0 now) set so that lm-eval's sum is exactly
-    `saved`: the whole sum on one of them; else, when the values before it leave the saved
-    value out of reach (the sum of two floats cannot give every float), what was summed
-    before one place cancelled there, and the saved value on a later one."""
-    for at in free:
+    `saved`: the whole sum on the first of them (or the last); else, when the values
+    before it leave the saved value out of reach (the sum of two floats cannot give every
+    float), what was summed before the last but one cancelled there, and the saved value
+    on the last. A few tries, whatever the document's length."""
+    for at in dict.fromkeys((free[0], free[-1])):
         x = solve(values, at, saved)
         if x is not None:
             return [*values[:at], x, *values[at + 1:]]
-    for i, j in combinations(free, 2):
+    for i, j in zip(free[-2:-1], free[-1:], strict=False):
         trial = list(values)
         trial[i] = -lm_eval_sums(values[:i])[0]
         x = solve(trial, j, saved)
