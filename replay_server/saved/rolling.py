@@ -5,8 +5,10 @@ lm-eval (`TemplateAPI.loglikelihood_rolling`, 0.4.13) cuts each document's ids i
 windows (`utils.get_rolling_token_windows` with `max_seq_len = max_length - 2`,
 `context_len = 1`, then `utils.make_disjoint_window`), sends each window as a
 loglikelihood request (`echo`, `logprobs: 1`, `max_tokens: 1`), and saves
-`sum(window values)` in window order. The run kept no window's value, so one window of
-the document carries the whole sum and the others 0.0. The server keys on the request,
+`sum(window values)` in window order; it caches and merges no window. The run kept no
+window's value, so one window of the document carries the whole sum and the others 0.0
+(or, where no float on one window can give the sum, two of its windows: the sum so far
+cancelled on one, the saved value on the next). The server keys on the request,
 so a window two documents share carries one value for both: `assign` chooses the values
 so that lm-eval's sum, float by float and in its order, gives every document exactly its
 saved value, or names the document it cannot (never a guess). Pure functions: the lm-eval
