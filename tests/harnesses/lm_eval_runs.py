@@ -1,4 +1,4 @@
-"""lm-evaluation-harness: the commands of the three cases in tests/data/gen/README.md, and
+"""lm-evaluation-harness: the commands of the cases in tests/data/gen/README.md, and
 the scores read back from lm-eval's own files (results_*.json, samples_*.jsonl)."""
 
 from __future__ import annotations
@@ -47,6 +47,11 @@ CASES = {
     "loglikelihood_mc": Case("local-completions", "arith_mc",
                              "tokenizer=../tokenizer,tokenizer_backend=huggingface",
                              ("--batch_size", "2")),
+    # loglikelihood_rolling (wikitext-style perplexity) on local text, windows of 8 tokens:
+    # three documents share their first window, one spans five
+    "perplexity": Case("local-completions", "ppl_text",
+                       "tokenizer=../tokenizer,tokenizer_backend=huggingface,max_length=10",
+                       ("--batch_size", "2")),
 }
 
 

@@ -16,7 +16,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,23 @@ def test_lm_eval_loglikelihood_from_samples_without_the_tokenizer_fails_loudly(
     assert code != 0, output[-3000:]
     assert "skipped 6 row(s): loglikelihood request" in output  # said at start-up
     assert "The model `tiny-model` does not exist" in output  # lm-eval's request refused
+    assert not list(out.glob("*/results_*.json"))
+
+
+def test_lm_eval_perplexity_at_another_max_length_fails_run_naming_the_misses(
+        ws: Workspace, lm_eval_original: Callable[[str], Original]) -> None:
+    """Rescored at max_length=12, lm-eval cuts other windows than the saved run's (10):
+    none is served, `run` names them and fails, and lm-eval writes no score."""
+    original = lm_eval_original("perplexity")
+    case = CASES["perplexity"]
+    other = replace(case, model_args=case.model_args.replace("max_length=10", "max_length=12"))
+    out = ws.dir / "perplexity-max-length-12"
+    ran = run("lm-eval perplexity: max_length 12", [
+        *REPLAY, "run", str(original.scores.dir), "--tokenizer", str(ws.dir / "tokenizer"),
+        "--", *under_run(other.command(BASE, out))], ws.env, ws.tasks, RUN_PRINTED)
+    assert ran.code != 0, ran.output[-3000:]
+    assert "replay_no_match" in ran.output and "the prompt's token ids" in ran.output
+    assert "got no saved generation" in ran.output
     assert not list(out.glob("*/results_*.json"))
 
 

@@ -105,6 +105,25 @@ def test_record_then_replay_gives_identical_answers(recorder: tuple[str, Recorde
     assert b"sk-secret-not-saved" not in (tmp_path / "run.jsonl").read_bytes()
 
 
+def test_a_batch_of_one_prompt_is_saved_and_replays_identically(
+        recorder: tuple[str, Recorder], tmp_path: Path) -> None:
+    """lm-eval's last batch of a document's perplexity windows (or of any loglikelihood
+    requests) is often one prompt in a list: `[[ids]]`, or `["text"]` as text."""
+    url, rec = recorder
+
+    def calls(client: openai.OpenAI) -> list[dict[str, Any]]:
+        return [client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, echo=True,
+                                          logprobs=1, temperature=0).model_dump(
+            exclude={"id", "created"}) for prompt in ([[11, 12, 13]], ["What is 2 + 2?"])]
+
+    with openai.OpenAI(base_url=url, api_key="x") as client:
+        original = calls(client)
+    assert (rec.counts["recorded"], rec.counts["records"]) == (2, 2)
+    with serving([tmp_path / "run.jsonl"]) as replay_url, \
+            openai.OpenAI(base_url=replay_url, api_key="x") as client:
+        assert calls(client) == original
+
+
 def test_streams_are_saved_with_reasoning_usage_and_finish_reason(
         recorder: tuple[str, Recorder], tmp_path: Path) -> None:
     with openai.OpenAI(base_url=recorder[0], api_key="x") as client:

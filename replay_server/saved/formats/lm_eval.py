@@ -26,8 +26,14 @@ eos), and serves each saved text with `finish_reason` and `usage` null.
   `max_tokens: 1`), answered with a choice whose token logprobs lm-eval's parser sums to
   exactly the saved logprob and whose greedy flag is the saved one
   (`tokens.loglikelihood_choice`); the decoded text is a second form of the request
-  (`tokenized_requests=False`). Without a tokenizer they are skipped with a count, as are
-  loglikelihood_rolling and multimodal requests.
+  (`tokenized_requests=False`). Without a tokenizer they are skipped with a count.
+- Perplexity rows (`loglikelihood_rolling`: `arg_0` the text alone, `resps` = `[[sum]]`)
+  need the tokenizer too: with it, each document becomes the windows lm-eval sends for it
+  (the `max_length` of `model_args`), one window carrying the saved sum and the others 0,
+  assigned across the files read together so that a window two documents share answers
+  both (`lm_eval_rolling.py`, `saved/rolling.py`); a document that cannot be made exact is
+  skipped with its reason and its own windows refuse. Without a tokenizer they are skipped
+  with a count, as are multimodal requests.
 - A null answer was saved as lm-eval's placeholder: the text
   `LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER`, or that environment variable's value when it is
   set and not empty, is unusable. Its default is "", which is indistinguishable from an
@@ -40,7 +46,6 @@ import hashlib
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -51,6 +56,8 @@ from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH, COMPLETION_PATH
 from ..record import Record, make_record
 from .base import LoadContext, json_lines, read_rows, synthetic_id, text_response
+from .lm_eval_rolling import RollingDocs
+from .lm_eval_run import Run, run_of
 
 HARNESS = "lm-eval"
 PLACEHOLDER = "LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER"
@@ -61,24 +68,6 @@ RESULTS = re.compile(rf"^(?P<stem>.+)_(?P<date>{_DATE})\.json$")
 OPENAI_CHAT = frozenset({"openai-chat-completions", "azure-openai-chat-completions"})
 SKIP_DUPLICATE = "row repeats a doc already read (one row per filter)"
 
-
-@dataclass(frozen=True)
-class Run:
-    """How the run built its requests, from its results file (lm-eval's defaults otherwise)."""
-
-    model: str
-    source: str = ""
-    seed: int = 1234
-    max_gen_toks: int = 256
-    eos: str | None = None
-    add_bos_token: bool = False
-    max_length: int = 2048
-    custom_prefix_token_id: int | None = None
-
-
-def _flag(value: Any) -> bool:
-    """A boolean model_arg as saved: a bool, or `True`/`False` from a k=v string."""
-    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
 
 class LmEvalReader:
     """lm-evaluation-harness samples files, with the results file beside them."""
@@ -94,60 +83,17 @@ class LmEvalReader:
         return match is not None and any(path.parent.glob(f"samples_*_{match['date']}.jsonl"))
 
     def read(self, files: list[Path], ctx: LoadContext) -> Iterator[Record]:
+        rolling = RollingDocs()  # assigned across the files: they may share windows
         for path in files:
             match = SAMPLES.match(path.name)
             if match:
-                run = _run(path, match["date"], ctx)
-                yield from _read_samples(path, match["task"], run, ctx)
+                run = run_of(path, match["date"], ctx)
+                yield from _read_samples(path, match["task"], run, ctx, rolling)
+        yield from rolling.records(ctx)
 
 
-def _run(path: Path, date: str, ctx: LoadContext) -> Run:
-    """The run's settings from the results file next to the samples file."""
-    candidates = [path.parent / f"results_{date}.json",
-                  *sorted(path.parent.glob(f"*_{date}.json"))]
-    results = next((p for p in candidates if p.is_file()), None)
-    if results is None:
-        return Run(model=path.parent.name)
-    try:
-        data = orjson.loads(results.read_bytes())
-        if not isinstance(data, dict):
-            raise ValueError("expected a JSON object")
-    except ValueError as e:
-        ctx.bad(LoadError(str(results), None, f"not a valid results file: {e}"))
-        return Run(model=path.parent.name)
-    config: dict[str, Any] = data["config"] if isinstance(data.get("config"), dict) else {}
-    args = _model_args(config.get("model_args"))
-    eos = data.get("tokenizer_eos_token")
-    eos = args.get("eos_string") or (eos[0] if isinstance(eos, list) and eos else None)
-    try:
-        return Run(
-            model=str(args.get("model") or args.get("pretrained") or data.get("model_name")
-                      or path.parent.name),
-            source=str(config.get("model") or ""),
-            seed=int(args.get("seed", 1234)),
-            max_gen_toks=int(args.get("max_gen_toks", 256)),
-            eos=eos if isinstance(eos, str) else None,
-            add_bos_token=_flag(args.get("add_bos_token")),
-            max_length=int(args.get("max_length") or 2048),
-            custom_prefix_token_id=(None if args.get("custom_prefix_token_id") in (None, "")
-                                    else int(args["custom_prefix_token_id"])),
-        )
-    except (TypeError, ValueError) as e:
-        ctx.bad(LoadError(str(results), None, f"model_args: {e}", field="config.model_args"))
-        return Run(model=path.parent.name)
-
-
-def _model_args(value: Any) -> dict[str, Any]:
-    """`model_args` as saved: a dict, or lm-eval's `k=v,k=v` string."""
-    if isinstance(value, dict):
-        return value
-    if isinstance(value, str):
-        pairs = (part.split("=", 1) for part in value.split(",") if "=" in part)
-        return {k.strip(): v.strip() for k, v in pairs}
-    return {}
-
-
-def _read_samples(path: Path, task: str, run: Run, ctx: LoadContext) -> Iterator[Record]:
+def _read_samples(path: Path, task: str, run: Run, ctx: LoadContext,
+                  rolling: RollingDocs) -> Iterator[Record]:
     file = str(path)
     seen: dict[Any, tuple[int, bytes]] = {}
 
@@ -163,7 +109,8 @@ def _read_samples(path: Path, task: str, run: Run, ctx: LoadContext) -> Iterator
                                 f"{first[0]} with other arguments or resps", field="resps")
             ctx.skip(SKIP_DUPLICATE, where_of(file, line))
             return None
-        return _records(arguments, resps, f"{task}:{row['doc_id']}", run, ctx, file, line)
+        return _records(arguments, resps, f"{task}:{row['doc_id']}", run, ctx, file, line,
+                        rolling)
 
     return chain.from_iterable(read_rows(json_lines(path, ctx), doc, ctx))
 
@@ -190,12 +137,15 @@ def _row(row: Any, file: str, line: int) -> tuple[list[dict[str, Any]], list[Any
 
 
 LOGLIKELIHOOD = "loglikelihood"
+ROLLING = "loglikelihood_rolling"
 NO_TOKENIZER = ("loglikelihood request (its token logprobs are rebuilt from the saved sum with "
                 "the run's tokenizer: give --tokenizer)")
+NO_TOKENIZER_ROLLING = ("loglikelihood_rolling request (its windows are rebuilt from the saved "
+                        "sum with the run's tokenizer: give --tokenizer)")
 
 
 def _kind(args: dict[str, Any], tokenizer: Any) -> str | None:
-    """LOGLIKELIHOOD, None for a generate_until request, or why a request is not
+    """LOGLIKELIHOOD, ROLLING, None for a generate_until request, or why a request is not
     replayed."""
     arg_1 = args.get("arg_1")
     if isinstance(arg_1, dict):
@@ -204,13 +154,13 @@ def _kind(args: dict[str, Any], tokenizer: Any) -> str | None:
         return None
     if isinstance(arg_1, str) and isinstance(args.get("arg_0"), str):
         return LOGLIKELIHOOD if tokenizer is not None else NO_TOKENIZER
-    if "arg_1" in args:
+    if "arg_1" in args or not isinstance(args.get("arg_0"), str):
         return "loglikelihood request of an unknown shape"
-    return "loglikelihood_rolling request (lm-eval saves only the summed logprob)"
+    return ROLLING if tokenizer is not None else NO_TOKENIZER_ROLLING
 
 
 def _records(requests: list[dict[str, Any]], resps: list[Any], doc: str, run: Run,
-             ctx: LoadContext, file: str, line: int) -> list[Record]:
+             ctx: LoadContext, file: str, line: int, rolling: RollingDocs) -> list[Record]:
     records: list[Record] = []
     skipped: set[str] = set()
     for i, (args, answers) in enumerate(zip(requests, resps, strict=True)):
@@ -220,6 +170,9 @@ def _records(requests: list[dict[str, Any]], resps: list[Any], doc: str, run: Ru
         if reason == LOGLIKELIHOOD:
             records.append(_loglikelihood(args, answers, run, ctx.tokenizer, file, line,
                                           instance, where, f"resps[{i}]"))
+            continue
+        if reason == ROLLING:  # made into records once every document is read
+            rolling.add(args, answers, run, ctx.tokenizer, instance, file, line, f"resps[{i}]")
             continue
         if reason is not None:
             skipped.add(reason)

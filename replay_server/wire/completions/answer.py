@@ -33,7 +33,9 @@ def _unusable(choice: dict[str, Any], message: Any) -> str | None:
 def split(request: dict[str, Any], response: dict[str, Any] | None, batch_id: str
           ) -> list[Part]:
     """One part per prompt of a batched exchange (a single prompt is its own part, with no
-    batch); `response` None: the requests alone (a failed exchange).
+    batch, and so is a batch of one: `[[ids]]`, `["text"]`, as lm-eval sends its last
+    batch, whose choices and usage are that prompt's); `response` None: the requests alone
+    (a failed exchange).
 
     Choice `prompt_index * n + j` goes to prompt `prompt_index`. The batch's `usage` covers
     every prompt together and cannot be split, so each part's usage is null, and each
@@ -41,8 +43,10 @@ def split(request: dict[str, Any], response: dict[str, Any] | None, batch_id: st
     which a replay of the same batch serves again. ValueError: the choices do not split
     evenly over the prompts."""
     prompts = split_prompts(request.get("prompt"))
-    if prompts is None or len(prompts) == 1:
+    if prompts is None:
         return [(request, response, None)]
+    if len(prompts) == 1:
+        return [({**request, "prompt": prompts[0]}, response, None)]
     if response is None:
         return [({**request, "prompt": prompt}, None, None) for prompt in prompts]
     choices_ = sorted(response.get("choices") or [], key=lambda c: c.get("index", 0))

@@ -37,7 +37,7 @@ MODEL = "tiny-model"
 PREFERRED_PORT = 18431
 PY = sys.executable
 GEMINI = "google/gemini-2.5-flash"  # the fake's Gemini API answers any gemini* name
-# the cases that need no tokenizer (the others rebuild it first)
+# the cases that need no tokenizer (the others but perplexity rebuild it first)
 INSPECT_ONLY = {"inspect_responses", "inspect_responses_stream", "inspect_google",
                 "inspect_google_stream", "inspect_batch", "inspect_batch_anthropic"}
 CLAUDE = "anthropic/claude-fake"  # the fake's Messages API answers any model name
@@ -259,6 +259,16 @@ def lm_eval_cases(tmp: Path, env: dict[str, str], only: set[str]) -> None:
             "arith_mc",
             ["--batch_size", "2"],
         )
+    if not only or "perplexity" in only:  # loglikelihood_rolling windows of 8 tokens
+        lm_eval_case(
+            "perplexity",
+            tmp,
+            env,
+            "local-completions",
+            "tokenizer=../tokenizer,tokenizer_backend=huggingface,max_length=10",
+            "ppl_text",
+            ["--batch_size", "2"],
+        )
 
 
 def inspect_case(
@@ -400,7 +410,7 @@ def main() -> None:
         "--only",
         nargs="*",
         default=[],
-        help="cases: chat_repeats completions_batch loglikelihood_mc "
+        help="cases: chat_repeats completions_batch loglikelihood_mc perplexity "
         "inspect_arith inspect_arith_json inspect_arith_stream inspect_responses "
         "inspect_responses_stream inspect_google inspect_google_stream inspect_batch "
         "inspect_batch_anthropic",
@@ -411,7 +421,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="harness-data-"))
     env = offline_env(tmp)
     try:
-        if not only or only - INSPECT_ONLY:
+        if not only or only - INSPECT_ONLY - {"perplexity"}:  # its text is not the tokenizer's
             build_tokenizer()
         lm_eval_cases(tmp, env, only)
         if not only or "inspect_arith" in only:

@@ -297,3 +297,123 @@ def test_without_the_tokenizer_loglikelihood_rows_are_skipped_saying_how_to_serv
 def test_a_bad_tokenizer_path_is_a_load_error(tmp_path: Path) -> None:
     with pytest.raises(LoadError, match="--tokenizer"):
         load([DATA / "tokenized_gen"], progress=False, tokenizer=str(tmp_path / "nope"))
+
+
+# --------------------------------------------------------------------------- perplexity
+
+ROLLING_NO_TOKENIZER = ("loglikelihood_rolling request (its windows are rebuilt from the saved "
+                        "sum with the run's tokenizer: give --tokenizer)")
+ROLLING_SKIPPED = "loglikelihood_rolling document whose saved sum cannot be served exactly"
+
+
+def rolling_sums(replayer: Any, texts: list[str], tok: Any) -> list[float]:
+    """What lm-eval's `loglikelihood_rolling` makes of the served windows: its parser's
+    value of each window, summed in window order with Python's `sum`, as lm-eval does."""
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+    from replay_server.saved import rolling
+
+    sums = []
+    for text in texts:
+        values = []
+        for ids, ctxlen in rolling.windows(tok, text, max_length=10):  # the run's max_length
+            reply = replayer.handle("/v1/completions", orjson.dumps(
+                {"model": "tiny-model", "prompt": [ids], "echo": True, "logprobs": 1,
+                 "max_tokens": 1, "temperature": 0, "seed": 1234}))
+            choices = orjson.loads(reply.body)["choices"]
+            [(value, _)] = LocalCompletionsAPI.parse_logprobs({"choices": choices},
+                                                              ctxlens=[ctxlen])
+            values.append(value)
+        sums.append(sum(values))
+    return sums
+
+
+@pytest.mark.harness  # lm-eval's parser reads the windows
+def test_perplexity_documents_sum_to_their_saved_values_exactly() -> None:
+    """Five documents, three sharing their first window (one is that window alone), one of
+    five windows: each sums back, through lm-eval's parser, to its saved value bit for bit."""
+    from replay_server.index.samples import Rules
+    from replay_server.replay.replayer import Replayer
+
+    loaded = load([DATA / "perplexity"], progress=False, tokenizer=str(GEN / "tokenizer"))
+    assert not loaded.ctx.skipped
+    got = rolling_sums(Replayer(loaded.index, Rules()),
+                       [r["arguments"]["gen_args_0"]["arg_0"] for r in rows("perplexity")],
+                       loaded.ctx.tokenizer)
+    assert [repr(v) for v in got] == [r["resps"][0][0] for r in rows("perplexity")]
+
+
+@pytest.mark.http
+def test_perplexity_requests_as_lm_eval_sent_them_are_all_answered() -> None:
+    """Every request of the wire log (windows batched two by two, as ids), in strict
+    mode, and as text (tokenized_requests=False); every saved window is asked for."""
+    from replay_server.saved import local_tokenizer, tokens
+
+    tok = local_tokenizer.load_tokenizer(GEN / "tokenizer")
+    settings = Settings(strict=True, tokenizer=str(GEN / "tokenizer"))
+    with serving([DATA / "perplexity"], settings) as url, httpx.Client(base_url=url) as http:
+        for call in wire("perplexity"):
+            as_text = [tokens.decode_like_lm_eval(tok, ids) for ids in call["request"]["prompt"]]
+            for prompt in (call["request"]["prompt"], as_text):
+                got = http.post("/completions", json={**call["request"], "prompt": prompt})
+                assert got.status_code == 200, got.text
+        status = http.get(url.removesuffix("/v1") + "/replay/status").json()
+    assert status["totals"]["unused_samples"] == 0
+
+
+def test_without_the_tokenizer_perplexity_rows_are_skipped_saying_how_to_serve_them() -> None:
+    loaded = load([DATA / "perplexity"], progress=False)
+    assert loaded.ctx.skipped == {ROLLING_NO_TOKENIZER: 5} and not loaded.index.models
+
+
+@pytest.mark.http
+def test_a_document_that_cannot_be_made_exact_is_named_and_its_windows_refuse(
+        tmp_path: Path) -> None:
+    """p2 saved with p1's text but another sum: both are named, and their window of their
+    own answers replay_unusable; their first window, p3's whole text, still serves p3."""
+    case = tmp_path / "perplexity"
+    shutil.copytree(DATA / "perplexity", case)
+    samples = next(case.glob("*/samples_*.jsonl"))
+    lines = [json.loads(line) for line in samples.read_text().splitlines()]
+    lines[1]["arguments"] = lines[0]["arguments"]
+    samples.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    loaded = load([case], progress=False, tokenizer=str(GEN / "tokenizer"))
+    (reason,) = loaded.ctx.skipped
+    assert reason.startswith(ROLLING_SKIPPED) and "different sums" in reason
+    assert loaded.ctx.skipped_examples[reason] == [f"{samples}:1", f"{samples}:2"]
+    with serving([case], Settings(tokenizer=str(GEN / "tokenizer"))) as url, \
+            openai.OpenAI(base_url=url, api_key="x", max_retries=0) as client:
+        p1 = wire("perplexity")[0]["request"]  # p1's two windows
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.completions.create(**p1)
+        assert refused.value.code == "replay_unusable"
+        p3 = wire("perplexity")[2]["request"]  # p3: its one window, the shared one
+        assert client.completions.create(**p3).choices[0].logprobs is not None
+
+
+@pytest.mark.http
+def test_windows_of_another_max_length_or_text_miss() -> None:
+    """Keyed on the ids: a document cut at another max_length, or of another text, sends
+    windows that were never saved, each a replay_no_match, so lm-eval fails on it (a
+    window it shares with the saved document, the same ids, is the saved one's)."""
+    from replay_server.saved import local_tokenizer, rolling
+
+    tok = local_tokenizer.load_tokenizer(GEN / "tokenizer")
+    p1 = rows("perplexity")[0]["arguments"]["gen_args_0"]["arg_0"]
+    saved = {tuple(call["request"]["prompt"][i]) for call in wire("perplexity")
+             for i in range(len(call["request"]["prompt"]))}
+    others = [rolling.windows(tok, p1, max_length=12),
+              rolling.windows(tok, p1.replace("What", "Answer"), max_length=10)]
+    with serving([DATA / "perplexity"], Settings(tokenizer=str(GEN / "tokenizer"))) as url, \
+            httpx.Client(base_url=url) as http:
+        for windows in others:
+            assert any(tuple(ids) not in saved for ids, _ in windows)
+            for ids, _ in windows:
+                got = http.post("/completions", json={
+                    "model": "tiny-model", "prompt": [ids], "echo": True, "logprobs": 1,
+                    "max_tokens": 1, "temperature": 0, "seed": 1234})
+                if tuple(ids) in saved:
+                    assert got.status_code == 200
+                else:
+                    assert got.status_code == 400
+                    assert got.json()["error"]["code"] == "replay_no_match"
