@@ -52,6 +52,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # (run as a script)
 from bench import peers  # noqa: E402
+from replay_server.index.file import VERSION  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -285,16 +286,23 @@ def ensure_index(run: Path) -> tuple[Path, int]:
     """The run compiled to an index file, and how many of its prompts need the repeats
     cursor (several workers refuse a run that does)."""
     idx = run.with_suffix(".idx")
-    if not idx.exists() or idx.stat().st_mtime < run.stat().st_mtime:
+    if not idx.exists() or idx.stat().st_mtime < run.stat().st_mtime or \
+            _meta(idx, "version") != str(VERSION):  # (one of an older replay-server)
         print(f"indexing {run}...", flush=True)
         subprocess.run([PY, "-m", "replay_server", "index", str(run), "-o", str(idx)],
                        cwd=ROOT, check=True, capture_output=True)
+    cursors = _meta(idx, "cursor_prompts")
+    return idx, int(cursors) if cursors is not None else -1
+
+
+def _meta(idx: Path, name: str) -> str | None:
+    """A `meta` value of an index file."""
     db = sqlite3.connect(f"file:{idx}?mode=ro", uri=True)
     try:
-        row = db.execute("SELECT value FROM meta WHERE name = 'cursor_prompts'").fetchone()
+        row = db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
     finally:
         db.close()
-    return idx, int(row[0]) if row else -1
+    return row[0] if row else None
 
 
 # ---------------------------------------------------------------- throughput
