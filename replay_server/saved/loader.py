@@ -313,10 +313,13 @@ def plan(paths: Sequence[str | Path], ctx: LoadContext | None = None) -> Plan:
 
 
 def read(planned: Plan, ctx: LoadContext) -> Iterator[Record]:
-    """Every record of every group, in saved order."""
+    """Every record of every group, in saved order; then the records a reader deferred
+    until every group was read (`LoadContext.deferred`)."""
     for group in planned.groups:
         for reader, files in group:
             yield from reader.read(files, ctx)
+    while ctx.deferred:
+        yield from ctx.deferred.pop(next(iter(ctx.deferred))).records(ctx)
 
 
 def progress_bar(total: int, what: str, enabled: bool, unit: str = "B") -> tqdm[Any]:

@@ -55,6 +55,15 @@ class Reader(Protocol):
         ...
 
 
+class Deferred(Protocol):
+    """A reader's records that depend on every file of the load, not one group's (lm-eval's
+    perplexity windows: one value per window for every document that sends it)."""
+
+    def records(self, ctx: LoadContext) -> Iterator[Record]:
+        """The records, once every group is read."""
+        ...
+
+
 @dataclass
 class LoadContext:
     """How a load goes, and what it met: every reader reports here, so that a bad line
@@ -70,6 +79,8 @@ class LoadContext:
     bad_lines: list[LoadError] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     skipped_examples: dict[str, list[str]] = field(default_factory=dict)
+    # by reader name: records made after the last group (saved.loader.read)
+    deferred: dict[str, Deferred] = field(default_factory=dict)
 
     def bad(self, error: LoadError) -> None:
         """A line that cannot be read: stop the load, or note it when skipping is allowed."""

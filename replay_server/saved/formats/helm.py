@@ -128,8 +128,8 @@ class _Run:
         if skip is not None:
             self.ctx.skip(skip, where_of(self.file, None, f"request_states[{i}]"))
             return None
-        body = (_chat(request, saved, model) if self.endpoint == CHAT_PATH
-                else _completion(saved, model))
+        body = (_chat(request, saved, model, self._schema(i, request))
+                if self.endpoint == CHAT_PATH else _completion(saved, model))
         response, unusable = self._answer(i, saved, state.get("result"), model)
         if self._cached(i, body, response, unusable):
             return None
@@ -150,6 +150,25 @@ class _Run:
         if saved["num_completions"] < 1:
             raise self.fail(i, "request.num_completions", "expected at least 1")
         return saved
+
+    def _schema(self, i: int, request: dict[str, Any]) -> dict[str, Any] | None:
+        """The saved `response_format.json_schema` as HELM's chat client sends it; one HELM
+        could not have sent is a bad state, never a body without it."""
+        schema, name = dig(request, "response_format", "json_schema"), "request.response_format"
+        if not isinstance(request.get("response_format"), dict | None):
+            raise self.fail(i, name, "expected HELM's ResponseFormat (an object)")
+        if schema is None:
+            return None
+        name += ".json_schema"
+        if not isinstance(schema, dict):
+            raise self.fail(i, name, "expected a JSON Schema (an object)")
+        if "required" not in schema and not isinstance(schema.get("properties"), dict):
+            raise self.fail(i, name, "expected `properties` (an object), which HELM lists "
+                            "as `required` when the schema names none")
+        schema = dict(schema)  # key order kept: a schema's order is content
+        schema.setdefault("additionalProperties", False)
+        schema.setdefault("required", list(schema.get("properties") or {}))
+        return schema
 
     def _answer(self, i: int, saved: dict[str, Any], result: Any, model: str
                 ) -> tuple[dict[str, Any] | None, str | None]:
@@ -249,7 +268,8 @@ def _not_mapped(request: dict[str, Any], model: str) -> str | None:
     return None
 
 
-def _chat(request: dict[str, Any], saved: dict[str, Any], model: str) -> dict[str, Any]:
+def _chat(request: dict[str, Any], saved: dict[str, Any], model: str,
+          schema: dict[str, Any] | None) -> dict[str, Any]:
     """`OpenAIClient._make_chat_raw_request`: messages, or the prompt as one user message."""
     messages = request.get("messages") or [{"role": "user", "content": saved["prompt"]}]
     body: dict[str, Any] = {
@@ -258,11 +278,7 @@ def _chat(request: dict[str, Any], saved: dict[str, Any], model: str) -> dict[st
         "stop": saved["stop_sequences"] or None, "max_tokens": saved["max_tokens"],
         "presence_penalty": saved["presence_penalty"],
         "frequency_penalty": saved["frequency_penalty"]}
-    schema = dig(request, "response_format", "json_schema")
-    if isinstance(schema, dict):  # key order kept: a schema's order is content
-        schema = dict(schema)
-        schema.setdefault("additionalProperties", False)
-        schema.setdefault("required", list(schema.get("properties") or {}))
+    if schema is not None:
         body["response_format"] = {"type": "json_schema", "json_schema": {
             "name": "response", "description": "", "schema": schema, "strict": True}}
     if REASONING.match(model):
@@ -280,12 +296,11 @@ def _chat(request: dict[str, Any], saved: dict[str, Any], model: str) -> dict[st
 def _completion(saved: dict[str, Any], model: str) -> dict[str, Any]:
     """`OpenAIClient._to_raw_completion_request`: best_of and logprobs at least n."""
     n, k = saved["num_completions"], saved["top_k_per_token"]
-    body = {"model": model, "prompt": saved["prompt"], "temperature": saved["temperature"],
+    return {"model": model, "prompt": saved["prompt"], "temperature": saved["temperature"],
             "n": n, "max_tokens": saved["max_tokens"], "best_of": max(k, n),
             "logprobs": max(k, n), "stop": saved["stop_sequences"] or None,
             "top_p": saved["top_p"], "presence_penalty": saved["presence_penalty"],
             "frequency_penalty": saved["frequency_penalty"], "echo": saved["echo_prompt"]}
-    return body
 
 
 def _instance(i: int, state: dict[str, Any]) -> str:

@@ -30,10 +30,10 @@ eos), and serves each saved text with `finish_reason` and `usage` null.
 - Perplexity rows (`loglikelihood_rolling`: `arg_0` the text alone, `resps` = `[[sum]]`)
   need the tokenizer too: with it, each document becomes the windows lm-eval sends for it
   (the `max_length` of `model_args`), one window carrying the saved sum and the others 0,
-  assigned across the files read together so that a window two documents share answers
-  both (`lm_eval_rolling.py`, `saved/rolling.py`); a document that cannot be made exact is
-  skipped with its reason and its own windows refuse. Without a tokenizer they are skipped
-  with a count, as are multimodal requests.
+  assigned across every samples file of the load (whatever its group) so that a window
+  two documents share answers both (`lm_eval_rolling.py`, `saved/rolling.py`); a document
+  that cannot be made exact is skipped with its reason and its own windows refuse. Without
+  a tokenizer they are skipped with a count, as are multimodal requests.
 - A null answer was saved as lm-eval's placeholder: the text
   `LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER`, or that environment variable's value when it is
   set and not empty, is unusable. Its default is "", which is indistinguishable from an
@@ -83,13 +83,14 @@ class LmEvalReader:
         return match is not None and any(path.parent.glob(f"samples_*_{match['date']}.jsonl"))
 
     def read(self, files: list[Path], ctx: LoadContext) -> Iterator[Record]:
-        rolling = RollingDocs()  # assigned across the files: they may share windows
+        # assigned across every file of the load, whatever its group: they may share windows
+        rolling = ctx.deferred.setdefault(self.name, RollingDocs())
+        assert isinstance(rolling, RollingDocs)
         for path in files:
             match = SAMPLES.match(path.name)
             if match:
                 run = run_of(path, match["date"], ctx)
                 yield from _read_samples(path, match["task"], run, ctx, rolling)
-        yield from rolling.records(ctx)
 
 
 def _read_samples(path: Path, task: str, run: Run, ctx: LoadContext,

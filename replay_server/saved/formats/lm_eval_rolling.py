@@ -1,5 +1,5 @@
 """The lm-eval reader's perplexity rows (`loglikelihood_rolling`): every document of the
-files read together is cut into the windows lm-eval sends for it, and the window values
+load's samples files is cut into the windows lm-eval sends for it, and the window values
 are chosen for all of them at once (saved/rolling.py), since one window may be sent for
 several documents and the server answers a request with one value.
 
@@ -43,8 +43,8 @@ class Doc:
 
 @dataclass
 class RollingDocs:
-    """The perplexity documents of the files one `read` is given, made into records once
-    all are read."""
+    """The perplexity documents of every samples file of the load (whatever its group),
+    made into records once all are read (`LoadContext.deferred`)."""
 
     docs: list[Doc] = field(default_factory=list)
 

@@ -70,10 +70,20 @@ def run_of(path: Path, date: str, ctx: LoadContext) -> Run:
 
 
 def model_args(value: Any) -> dict[str, Any]:
-    """`model_args` as saved: a dict, or lm-eval's `k=v,k=v` string."""
+    """`model_args` as saved: a dict, or lm-eval's `k=v,k=v` string, each value as lm-eval
+    reads it (`utils.handle_arg_string`) where that changes what the run sent."""
     if isinstance(value, dict):
         return value
     if isinstance(value, str):
         pairs = (part.split("=", 1) for part in value.split(",") if "=" in part)
-        return {k.strip(): v.strip() for k, v in pairs}
+        return {k.strip(): _arg(v) for k, v in pairs}
     return {}
+
+
+def _arg(value: str) -> str | None:
+    """A `k=v` value: the string inside matching quotes, None for `None`, else stripped
+    (the numbers and booleans are read where they are used)."""
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return None if value.lower() == "none" else value

@@ -267,3 +267,18 @@ def test_a_scenario_state_is_claimed_only_beside_its_run_spec(tmp_path: Path) ->
         load([run / "scenario_state.json"], progress=False)
     shutil.copy(RUNS[0] / "run_spec.json", run / "run_spec.json")
     assert len(records(run)) == 1
+
+
+@pytest.mark.parametrize("response_format", [
+    {"json_schema": {"type": "object", "properties": 5}},  # HELM lists its keys: none
+    {"json_schema": [["type", "object"]]},  # not an object: no body HELM sends
+    "json",  # not HELM's ResponseFormat
+])
+def test_a_bad_response_format_is_named_with_its_state_and_field(
+        tmp_path: Path, response_format: Any) -> None:
+    """Named, never a traceback nor a body without the schema HELM sent."""
+    run = run_folder(tmp_path, [state({"response_format": response_format})])
+    with pytest.raises(LoadError) as e:
+        records(run)
+    assert str(e.value).startswith(f"{run / 'scenario_state.json'} (request_states[0]): "
+                                   "field `request.response_format")

@@ -417,3 +417,31 @@ def test_windows_of_another_max_length_or_text_miss() -> None:
                 else:
                     assert got.status_code == 400
                     assert got.json()["error"]["code"] == "replay_no_match"
+
+
+@pytest.mark.http
+def test_documents_in_two_folders_are_assigned_together(tmp_path: Path) -> None:
+    """p1 saved again, alone, in a second folder of the same model: its windows are the
+    same requests, so one value each for both folders (not one per folder, which made
+    p1's shared first window replay_ambiguous), and p1 still sums to its saved value."""
+    from replay_server.saved import local_tokenizer, rolling
+
+    alone = tmp_path / "perplexity"
+    shutil.copytree(DATA / "perplexity", alone)
+    samples = next(alone.glob("*/samples_*.jsonl"))
+    samples.write_text(samples.read_text().splitlines()[0] + "\n")
+    tok = local_tokenizer.load_tokenizer(GEN / "tokenizer")
+    p1 = rows("perplexity")[0]
+    settings = Settings(tokenizer=str(GEN / "tokenizer"))
+    with serving([alone, DATA / "perplexity"], settings) as url, \
+            httpx.Client(base_url=url) as http:
+        values = []
+        for ids, ctxlen in rolling.windows(tok, p1["arguments"]["gen_args_0"]["arg_0"],
+                                           max_length=10):
+            got = http.post("/completions", json={
+                "model": "tiny-model", "prompt": [ids], "echo": True, "logprobs": 1,
+                "max_tokens": 1, "temperature": 0, "seed": 1234})
+            assert got.status_code == 200, got.text
+            values.append(sum(got.json()["choices"][0]["logprobs"]["token_logprobs"]
+                              [ctxlen:-1]))  # lm-eval's parser
+    assert repr(sum(values)) == p1["resps"][0][0]
