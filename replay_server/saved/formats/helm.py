@@ -26,9 +26,9 @@ Not served (counted): embedding requests, multimodal prompts (their media are fi
 read), transcription models. Unusable: a state HELM never ran (no `result`), a failed one,
 one that saved another number of completions than it asked for. A state repeating an
 earlier one's request with the same answer is read once (HELM answered it from its cache);
-with another answer, both are kept: the samples of one HELM instance (repeats that HELM's
-`random` told apart) in saved order, and states of different instances make the request
-fail as ambiguous.
+with another answer, both are kept, each under its instance and trial (`_instance`), so
+that the request fails as ambiguous: HELM sends one body for every trial of a zero-shot
+prompt, in parallel, and which answer went to which trial cannot be told.
 """
 
 from __future__ import annotations
