@@ -153,12 +153,15 @@ def _write_entries(db: sqlite3.Connection, index: Index, ids: dict[str, int],
             for rid, saved in run.responses.items()), bar))
 
 
+_ID_BYTES = 6  # of the key, in its `entries` row id (the model id above them)
+
+
 def _row_id(model_id: int, key: bytes) -> int:
     """The `entries` row of a model's key: the model id, then the key's first 6 bytes
     (a positive 64-bit integer: at most 32,767 models)."""
     if not 0 < model_id < 1 << 15 or len(key) != KEY_BYTES:
         raise ValueError(f"model id {model_id} or key {key.hex()} out of the index's range")
-    return model_id << 48 | int.from_bytes(key[:6], "big")
+    return model_id << 8 * _ID_BYTES | int.from_bytes(key[:_ID_BYTES], "big")
 
 
 def _bucketed(key: bytes, value: bytes) -> bytes:
@@ -252,7 +255,6 @@ class StoredEntries:
 
     def __init__(self, pages: Pages, model_id: int, count: int) -> None:
         self.pages = pages
-        self.model_id = model_id
         self.row_ids = _row_id(model_id, bytes(KEY_BYTES))  # (the model's part of its ids)
         self.count = count
 
@@ -260,7 +262,7 @@ class StoredEntries:
         if len(key) != KEY_BYTES:
             return None
         row = self.pages.row("SELECT v FROM entries WHERE id = ?",
-                             (self.row_ids | int.from_bytes(key[:6], "big"),))
+                             (self.row_ids | int.from_bytes(key[:_ID_BYTES], "big"),))
         if row is None:
             return None
         bucket = self.pages.value(row[0])
@@ -275,8 +277,8 @@ class StoredEntries:
     def items(self) -> Iterator[tuple[bytes, Entry | Exchange]]:
         """In key order."""
         for _, v in self.pages.rows("SELECT id, v FROM entries WHERE id >= ? AND id < ? "
-                                    "ORDER BY id", (self.model_id << 48,
-                                                    self.model_id + 1 << 48)):
+                                    "ORDER BY id", (self.row_ids,
+                                                    self.row_ids + (1 << 8 * _ID_BYTES))):
             bucket = self.pages.value(v)
             for key, start, end in _unbucketed(bucket):
                 yield key, decode(bucket[start:end])

@@ -54,12 +54,12 @@ import orjson
 
 from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH, COMPLETION_PATH
+from .. import tokens
 from ..record import Record, make_record
 from .base import LoadContext, json_lines, read_rows, synthetic_id, text_response
 from .lm_eval_rolling import RollingDocs
-from .lm_eval_run import Run, run_of
+from .lm_eval_run import HARNESS, Run, loglikelihood_request, loglikelihood_response, run_of
 
-HARNESS = "lm-eval"
 PLACEHOLDER = "LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER"
 _DATE = r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d(?:\.\d+)?"
 SAMPLES = re.compile(rf"^samples_(?P<task>.+)_(?P<date>{_DATE})\.jsonl$")
@@ -195,8 +195,6 @@ def _records(requests: list[dict[str, Any]], resps: list[Any], doc: str, run: Ru
 
 def _generation_ids(args: dict[str, Any], run: Run, tokenizer: Any) -> list[int]:
     """The token ids lm-eval's local-completions sends for a generate_until context."""
-    from .. import tokens
-
     max_gen_toks = args["arg_1"].get("max_gen_toks", run.max_gen_toks)
     return tokens.encode_like_lm_eval(tokenizer, args["arg_0"], add_bos_token=run.add_bos_token,
                                       max_length=run.max_length, max_gen_toks=int(max_gen_toks))
@@ -206,35 +204,30 @@ def _loglikelihood(args: dict[str, Any], answers: Any, run: Run, tokenizer: Any,
                    line: int, instance: str, where: str, field: str) -> Record:
     """The loglikelihood request lm-eval sends for (context, continuation), answered with
     the saved logprob and greedy flag, shaped for lm-eval's own parser."""
-    from .. import tokens
-
     saved = answers[0] if isinstance(answers, list) and len(answers) == 1 else None
     try:
         logprob, greedy = tokens.saved_loglikelihood(saved)
     except ValueError as e:
         raise LoadError(file, line, str(e), field=field) from None
-    request: dict[str, Any] = {"model": run.model, "prompt": [], "temperature": 0,
-                               "max_tokens": 1, "logprobs": 1, "seed": run.seed, "echo": True}
     try:
         context, continuation = tokens.encode_pair(
             tokenizer, args["arg_0"], args["arg_1"], add_bos_token=run.add_bos_token,
             custom_prefix_token_id=run.custom_prefix_token_id)
         ids, ctxlen = tokens.loglikelihood_input(context, continuation,
                                                  max_length=run.max_length)
-        request["prompt"] = ids
+    except ValueError as e:
+        raise LoadError(file, line, f"cannot tokenize this request: {e}", field=field) from None
+    request = loglikelihood_request(run.model, run.seed, ids)
+    meta = {"harness": HARNESS, "instance": instance}
+    try:
         choice = tokens.loglikelihood_choice(ids, ctxlen, logprob, greedy, tokenizer=tokenizer)
-    except ValueError as e:  # NotRepresentable too: a saved value no response can carry
-        if not request["prompt"]:
-            raise LoadError(file, line, f"cannot tokenize this request: {e}",
-                            field=field) from None
-        return make_record(COMPLETION_PATH, run.model, request, None,
-                           {"harness": HARNESS, "instance": instance}, file, line,
+    except ValueError as e:  # NotRepresentable: a saved value no response can carry
+        return make_record(COMPLETION_PATH, run.model, request, None, meta, file, line,
                            unusable=f"the saved loglikelihood cannot be replayed: {e}")
-    response = {"id": synthetic_id(HARNESS, where), "object": "text_completion",
-                "created": None, "model": run.model, "choices": [choice], "usage": None}
     also = [{**request, "prompt": tokens.decode_like_lm_eval(tokenizer, ids)}]
-    return make_record(COMPLETION_PATH, run.model, request, response,
-                       {"harness": HARNESS, "instance": instance}, file, line, also=also)
+    return make_record(COMPLETION_PATH, run.model, request,
+                       loglikelihood_response(run.model, where, choice), meta, file, line,
+                       also=also)
 
 
 def _request(args: dict[str, Any], run: Run, file: str, line: int,

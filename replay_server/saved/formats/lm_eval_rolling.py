@@ -22,10 +22,9 @@ from ...errors import LoadError, where_of
 from ...paths import COMPLETION_PATH
 from .. import rolling, tokens
 from ..record import Record, make_record
-from .base import LoadContext, synthetic_id
-from .lm_eval_run import Run
+from .base import LoadContext
+from .lm_eval_run import HARNESS, Run, loglikelihood_request, loglikelihood_response
 
-HARNESS = "lm-eval"
 SKIPPED = "loglikelihood_rolling document whose saved sum cannot be served exactly"
 
 
@@ -101,17 +100,15 @@ def _window(base: dict[str, Any], ids: list[int], ctxlen: int, value: float | No
     """One window's record: its value (`ctxlen` the largest of the documents that send it,
     so that every one of them reads it), or an error where a document sending it failed."""
     model = base["model"]
-    request = {"model": model, "prompt": ids, "temperature": 0, "max_tokens": 1,
-               "logprobs": 1, "seed": base["seed"], "echo": True}
+    request = loglikelihood_request(model, base["seed"], ids)
     meta = {"harness": HARNESS, "instance": f"{doc.instance}:window{j}"}
     if value is None:
         return make_record(COMPLETION_PATH, model, request, None, meta, doc.file, doc.line,
                            unusable=f"a document sending this window: {SKIPPED}")
     choice = tokens.loglikelihood_choice(ids, ctxlen, value, True, tokenizer=ctx.tokenizer)
     where = f"{where_of(doc.file.rsplit('/', 1)[-1], doc.line)}:window{j}"
-    response = {"id": synthetic_id(HARNESS, where), "object": "text_completion",
-                "created": None, "model": model, "choices": [choice], "usage": None}
     text = tokens.decode_like_lm_eval(ctx.tokenizer, ids)
     also = [{**request, "prompt": text}] if texts[text] == 1 else None
-    return make_record(COMPLETION_PATH, model, request, response, meta, doc.file, doc.line,
+    return make_record(COMPLETION_PATH, model, request,
+                       loglikelihood_response(model, where, choice), meta, doc.file, doc.line,
                        also=also)

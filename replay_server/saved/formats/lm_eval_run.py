@@ -11,7 +11,9 @@ from typing import Any
 import orjson
 
 from ...errors import LoadError
-from .base import LoadContext
+from .base import LoadContext, synthetic_id
+
+HARNESS = "lm-eval"
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,20 @@ class Run:
     add_bos_token: bool = False
     max_length: int = 2048
     custom_prefix_token_id: int | None = None
+
+
+def loglikelihood_request(model: str, seed: int, ids: list[int]) -> dict[str, Any]:
+    """The body lm-eval's local-completions sends for a loglikelihood input (its ids, as
+    `tokens.loglikelihood_input` cuts them): the ids echoed back with their logprobs."""
+    return {"model": model, "prompt": ids, "temperature": 0, "max_tokens": 1, "logprobs": 1,
+            "seed": seed, "echo": True}
+
+
+def loglikelihood_response(model: str, where: str, choice: dict[str, Any]) -> dict[str, Any]:
+    """The completions response that carries one loglikelihood choice
+    (`tokens.loglikelihood_choice`), as lm-eval's parser reads it."""
+    return {"id": synthetic_id(HARNESS, where), "object": "text_completion", "created": None,
+            "model": model, "choices": [choice], "usage": None}
 
 
 def flag(value: Any) -> bool:
