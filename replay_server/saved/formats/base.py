@@ -195,6 +195,21 @@ def dig(obj: Any, *path: str) -> Any:
     return obj
 
 
+def fingerprint(value: Any) -> bytes:
+    """16 bytes of BLAKE2b of `value` as JSON with sorted keys: how a reader tells a row
+    that repeats an earlier one's content (read once) from one that differs."""
+    return hashlib.blake2b(orjson.dumps(value, option=orjson.OPT_SORT_KEYS),
+                           digest_size=16).digest()
+
+
+def saved_answer(response: dict[str, Any] | None, unusable: str | None) -> list[Any]:
+    """What two rows must both hold to have saved the same answer: the choices but their
+    indexes, and why it is unusable."""
+    choices = [{k: v for k, v in c.items() if k != "index"}
+               for c in (response or {}).get("choices", [])]
+    return [choices, unusable]
+
+
 def synthetic_id(harness: str, *parts: object) -> str:
     """A deterministic response id for sources that saved none."""
     digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=6).hexdigest()

@@ -35,13 +35,11 @@ record of this reader: it fails as a miss, never gets an answer saved for anothe
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 import yaml
 
 from ...errors import LoadError, where_of
@@ -50,10 +48,12 @@ from ..record import Record, make_record
 from .base import (
     LoadContext,
     dig,
+    fingerprint,
     head_keys,
     json_lines,
     read_rows,
     read_side_file,
+    saved_answer,
     text_response,
     usage,
 )
@@ -209,11 +209,7 @@ class _Predictions:
         """Whether this index was read already with the same request and answer (a rerun
         appended to the file: read once; message ids, timings and the response id of a
         rerun differ and do not count), else an error if the answer differs."""
-        choices = [{k: v for k, v in c.items() if k != "index"}
-                   for c in (response or {}).get("choices", [])]
-        same = [request, choices, unusable]
-        digest = hashlib.blake2b(orjson.dumps(same, option=orjson.OPT_SORT_KEYS),
-                                 digest_size=16).digest()
+        digest = fingerprint([request, *saved_answer(response, unusable)])
         first = self.seen.setdefault(index, (line, digest))
         if first[0] == line:
             return False

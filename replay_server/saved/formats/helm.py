@@ -33,7 +33,6 @@ prompt, in parallel, and which answer went to which trial cannot be told.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,7 +44,16 @@ from ...errors import LoadError, where_of
 from ...paths import CHAT_PATH, COMPLETION_PATH
 from ..jsonl import not_json
 from ..record import Record, make_record
-from .base import LoadContext, dig, read_rows, read_side_file, synthetic_id, text_response
+from .base import (
+    LoadContext,
+    dig,
+    fingerprint,
+    read_rows,
+    read_side_file,
+    saved_answer,
+    synthetic_id,
+    text_response,
+)
 
 HARNESS = "helm"
 EMBEDDING = "embedding request (no generation to serve)"
@@ -226,19 +234,12 @@ class _Run:
     def _cached(self, i: int, body: dict[str, Any], response: dict[str, Any] | None,
                 unusable: str | None) -> bool:
         """Whether an earlier state sent this request and got this answer (read once)."""
-        choices = [{k: v for k, v in c.items() if k != "index"}
-                   for c in (response or {}).get("choices", [])]
-        first = self.seen.setdefault(_digest([self.endpoint, body]),
-                                     (i, _digest([choices, unusable])))
-        if first[0] == i or first[1] != _digest([choices, unusable]):
+        answer = fingerprint(saved_answer(response, unusable))
+        first = self.seen.setdefault(fingerprint([self.endpoint, body]), (i, answer))
+        if first[0] == i or first[1] != answer:
             return False
         self.ctx.skip(CACHED, where_of(self.file, None, f"request_states[{i}]"))
         return True
-
-
-def _digest(value: Any) -> bytes:
-    return hashlib.blake2b(orjson.dumps(value, option=orjson.OPT_SORT_KEYS),
-                           digest_size=16).digest()
 
 
 def _tokens(state: Any) -> bool:
